@@ -1,0 +1,24 @@
+#pragma once
+/// Parsing of token counts and lists as users type them, and digit grouping for exact integers.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <kvcalc/core/checked.hpp>
+
+namespace kvcalc {
+
+/// A token count: a plain integer ("32768"), or with a binary suffix: "4k" = 4,096,
+/// "128k" = 131,072, "1M" = 1,048,576 (k and m in either case). A fraction is accepted when the
+/// result is a whole number ("1.5k" = 1,536). Zero and negative counts are errors. `what`
+/// names the option in error messages ("--context").
+[[nodiscard]] u64 parse_count(std::string_view text, std::string_view what);
+
+/// A comma-separated list of parse_count values, in the order given.
+[[nodiscard]] std::vector<u64> parse_count_list(std::string_view text, std::string_view what);
+
+/// 70272 → "70,272".
+[[nodiscard]] std::string group_digits(u64 value);
+
+} // namespace kvcalc

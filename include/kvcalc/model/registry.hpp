@@ -1,0 +1,31 @@
+#pragma once
+/// The bundled model zoo (models/*.yaml), compiled into the binary.
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <kvcalc/model/model.hpp>
+
+namespace kvcalc {
+
+/// One bundled file as it is in the source tree.
+struct BuiltinModelFile {
+  std::string_view path; ///< "models/deepseek-v3.yaml"
+  std::string_view text;
+};
+
+/// Generated at build time from models/*.yaml.
+[[nodiscard]] std::span<const BuiltinModelFile> builtin_model_files();
+
+/// Every bundled model, parsed once, sorted by name.
+[[nodiscard]] const std::vector<Model>& builtin_models();
+
+/// The bundled model with this name or alias (case-insensitive), or nullptr.
+[[nodiscard]] const Model* find_builtin_model(std::string_view name);
+
+/// Names and aliases, for suggestions.
+[[nodiscard]] std::vector<std::string> builtin_model_names();
+
+} // namespace kvcalc

@@ -1,0 +1,64 @@
+#pragma once
+/// Neutral results: typed cells with a unit hint. Commands build these; the renderers are the
+/// only code that turns numbers into text for people (docs/ARCHITECTURE.md).
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kvcalc {
+
+enum class Unit {
+  text,
+  count,       ///< an exact integer, digits grouped for people
+  bytes,       ///< humanized for people (274.5 MiB), exact in CSV
+  bytes_exact, ///< exact with grouping for people (70,272 B)
+  ratio,       ///< a dimensionless factor (0.125x)
+  percent,     ///< a fraction shown as a signed percentage (-87.5%); stored as a fraction
+};
+
+/// How people-facing bytes are scaled.
+enum class ByteUnits { iec, si };
+
+struct Cell {
+  std::variant<std::monostate, std::string, std::uint64_t, double> value;
+  Unit unit = Unit::text;
+
+  static Cell empty() { return {}; }
+  static Cell text(std::string s) { return {std::move(s), Unit::text}; }
+  static Cell count(std::uint64_t v) { return {v, Unit::count}; }
+  static Cell bytes(std::uint64_t v) { return {v, Unit::bytes}; }
+  static Cell bytes_exact(std::uint64_t v) { return {v, Unit::bytes_exact}; }
+  static Cell ratio(double v) { return {v, Unit::ratio}; }
+  static Cell percent(double fraction) { return {fraction, Unit::percent}; }
+};
+
+struct Column {
+  std::string header; ///< for people
+  std::string key;    ///< snake_case with the unit in the name, for CSV
+};
+
+struct Table {
+  std::string title;                       ///< a line above the table; may be empty
+  std::vector<Column> columns;
+  std::vector<std::vector<Cell>> rows;
+  std::vector<std::string> notes;          ///< lines below the table
+};
+
+/// 287834112 → "274.5 MiB" (iec) or "287.8 MB" (si); below 1 KiB/kB: "512 B".
+[[nodiscard]] std::string human_bytes(std::uint64_t bytes, ByteUnits units);
+
+/// One cell as people read it.
+[[nodiscard]] std::string format_cell(const Cell& cell, ByteUnits units);
+
+/// Aligned plain-text tables separated by blank lines.
+[[nodiscard]] std::string render_text(const std::vector<Table>& tables, ByteUnits units);
+
+/// GitHub-flavoured Markdown tables.
+[[nodiscard]] std::string render_markdown(const std::vector<Table>& tables, ByteUnits units);
+
+/// RFC 4180 CSV of one table: header of column keys, exact raw values.
+[[nodiscard]] std::string render_csv(const Table& table);
+
+} // namespace kvcalc

@@ -1,0 +1,362 @@
+// `footprint` and `compare`: exact KV bytes of one or more models at given contexts.
+
+#include <ostream>
+
+#include <kvcalc/core/units.hpp>
+#include <kvcalc/kv/footprint.hpp>
+#include <kvcalc/model/loader.hpp>
+
+#include "commands.hpp"
+
+namespace kvcalc::cli {
+
+namespace {
+
+CacheRequest cache_request(const CacheOptions& o) {
+  CacheRequest r;
+  if (!o.kv_dtype.empty()) {
+    r.dtype = parse_dtype(o.kv_dtype, "--kv-dtype");
+  }
+  if (!o.kv_scale.empty()) {
+    auto [granularity, group] = parse_scale(o.kv_scale);
+    r.scale = granularity;
+    if (granularity == ScaleGranularity::per_group) {
+      r.scale_group = group;
+    }
+  }
+  if (!o.kv_scale_dtype.empty()) {
+    r.scale_dtype = parse_dtype(o.kv_scale_dtype, "--kv-scale-dtype");
+  }
+  r.mla_format = parse_mla_format(o.mla_cache);
+  return r;
+}
+
+/// Short label for a context: "128k" when it is a whole number of k, else the count.
+std::string context_label(u64 tokens) {
+  if (tokens % (u64{1} << 20) == 0) {
+    return std::to_string(tokens >> 20) + "M";
+  }
+  if (tokens % 1024 == 0) {
+    return std::to_string(tokens / 1024) + "k";
+  }
+  return group_digits(tokens);
+}
+
+std::string attention_detail(const Model& m) {
+  const Attention& a = m.attention;
+  std::string kind(attention_kind_name(a.kind));
+  if (a.kind == AttentionKind::gqa) {
+    kind += "-" + std::to_string(a.kv_heads);
+  }
+  if (attention_label(m) == "hybrid") {
+    return "hybrid " + kind;
+  }
+  return m.layer_types.front() == LayerType::sliding ? kind + " sliding" : kind;
+}
+
+struct Entry {
+  Model model;
+  Footprint footprint;
+};
+
+Json model_json(const Entry& e) {
+  const Model& m = e.model;
+  const Footprint& f = e.footprint;
+  Json j = Json::object();
+  j["name"] = m.name;
+  j["display_name"] = m.display_name;
+  j["source"] = m.source;
+  j["attention"] = attention_label(m);
+  j["attention_kind"] = std::string(attention_kind_name(m.attention.kind));
+  j["layers"] = m.layers;
+  j["kv_cache"]["dtype"] = std::string(dtype_name(f.format.dtype));
+  j["kv_cache"]["scale"] = scale_name(f.format.scale);
+  if (f.format.scale.granularity != ScaleGranularity::none) {
+    j["kv_cache"]["scale_dtype"] = std::string(dtype_name(f.format.scale.dtype));
+  }
+  j["kv_cache"]["mla_format"] =
+      f.format.mla ? Json(std::string(mla_format_name(f.format.mla_format))) : Json();
+  j["kv_bytes_per_token_per_layer"] = f.bytes_per_token_per_layer;
+  j["kv_bytes_per_token"] = f.bytes_per_token;
+  j["state_bytes_per_sequence"] = f.state_bytes_per_sequence;
+  Json groups = Json::array();
+  for (const auto& g : f.groups) {
+    Json gj = Json::object();
+    gj["type"] = std::string(layer_type_name(g.type));
+    gj["layers"] = g.layers;
+    gj["window"] = g.type == LayerType::sliding ? Json(g.window) : Json();
+    gj["kv_bytes_per_token_per_layer"] = g.bytes_per_token_per_layer;
+    gj["state_bytes_per_layer"] = g.state_bytes_per_layer;
+    groups.push_back(std::move(gj));
+  }
+  j["layer_groups"] = std::move(groups);
+  j["block_size"] = f.block_size ? Json(f.block_size) : Json();
+  Json contexts = Json::array();
+  for (const auto& c : f.contexts) {
+    Json cj = Json::object();
+    cj["tokens"] = c.tokens;
+    cj["kv_bytes"] = c.kv_bytes;
+    if (f.block_size) {
+      cj["paged_kv_bytes"] = c.paged_kv_bytes;
+      cj["paging_waste_bytes"] = c.paged_kv_bytes - c.kv_bytes;
+    }
+    contexts.push_back(std::move(cj));
+  }
+  j["contexts"] = std::move(contexts);
+  return j;
+}
+
+/// Per-model tables of `footprint`: the layer groups, then the contexts.
+void footprint_tables(const Entry& e, std::vector<Table>& tables) {
+  const Model& m = e.model;
+  const Footprint& f = e.footprint;
+  Table layers;
+  layers.title = m.display_name + " (" + m.name + "): " + attention_detail(m) + ", " +
+                 group_digits(m.layers) + " layers, KV cache " + describe(f.format);
+  bool sliding = false;
+  bool linear = false;
+  for (const auto& g : f.groups) {
+    sliding = sliding || g.type == LayerType::sliding;
+    linear = linear || g.type == LayerType::linear;
+  }
+  layers.columns = {{"layers", "layer_type"}, {"count", "layers"}};
+  if (sliding) {
+    layers.columns.push_back({"window", "window_tokens"});
+  }
+  layers.columns.push_back({"KV/token/layer", "kv_bytes_per_token_per_layer"});
+  layers.columns.push_back({"KV/token", "kv_bytes_per_token"});
+  if (linear) {
+    layers.columns.push_back({"state/sequence", "state_bytes_per_sequence"});
+  }
+  auto add_row = [&](Cell type, u64 count, Cell window, Cell rate, Cell per_token, Cell state) {
+    std::vector<Cell> row{std::move(type), Cell::count(count)};
+    if (sliding) {
+      row.push_back(std::move(window));
+    }
+    row.push_back(std::move(rate));
+    row.push_back(std::move(per_token));
+    if (linear) {
+      row.push_back(std::move(state));
+    }
+    layers.rows.push_back(std::move(row));
+  };
+  for (const auto& g : f.groups) {
+    bool is_linear = g.type == LayerType::linear;
+    add_row(Cell::text(std::string(layer_type_name(g.type))), g.layers,
+            g.type == LayerType::sliding ? Cell::count(g.window) : Cell::empty(),
+            is_linear ? Cell::empty() : Cell::bytes_exact(g.bytes_per_token_per_layer),
+            is_linear ? Cell::empty() : Cell::bytes_exact(g.bytes_per_token_per_layer * g.layers),
+            is_linear ? Cell::bytes_exact(g.state_bytes_per_layer * g.layers) : Cell::empty());
+  }
+  if (f.groups.size() > 1) {
+    add_row(Cell::text("total"), m.layers, Cell::empty(), Cell::empty(),
+            Cell::bytes_exact(f.bytes_per_token),
+            f.state_bytes_per_sequence ? Cell::bytes_exact(f.state_bytes_per_sequence)
+                                       : Cell::empty());
+  }
+  tables.push_back(std::move(layers));
+
+  Table contexts;
+  contexts.columns = {{"context", "context"}, {"tokens", "tokens"}, {"KV bytes", "kv_bytes"},
+                      {"KV", "kv"}};
+  if (f.block_size) {
+    contexts.columns.push_back({"paged KV (block " + group_digits(f.block_size) + ")",
+                                "paged_kv_bytes"});
+    contexts.columns.push_back({"waste", "paging_waste_bytes"});
+  }
+  for (const auto& c : f.contexts) {
+    std::vector<Cell> row{Cell::text(context_label(c.tokens)), Cell::count(c.tokens),
+                          Cell::count(c.kv_bytes), Cell::bytes(c.kv_bytes)};
+    if (f.block_size) {
+      row.push_back(Cell::bytes(c.paged_kv_bytes));
+      row.push_back(Cell::bytes(c.paged_kv_bytes - c.kv_bytes));
+    }
+    contexts.rows.push_back(std::move(row));
+  }
+  tables.push_back(std::move(contexts));
+}
+
+/// The flat CSV: one row per model and context.
+Table flat_table(const std::vector<Entry>& entries, const Entry* baseline) {
+  Table t;
+  t.columns = {{"", "name"},
+               {"", "attention"},
+               {"", "layers"},
+               {"", "kv_dtype"},
+               {"", "kv_bytes_per_token_per_layer"},
+               {"", "kv_bytes_per_token"},
+               {"", "state_bytes_per_sequence"}};
+  if (baseline) {
+    t.columns.push_back({"", "ratio_to_baseline"});
+  }
+  t.columns.push_back({"", "tokens"});
+  t.columns.push_back({"", "kv_bytes"});
+  bool paged = !entries.empty() && entries.front().footprint.block_size != 0;
+  if (paged) {
+    t.columns.push_back({"", "paged_kv_bytes"});
+  }
+  for (const auto& e : entries) {
+    for (const auto& c : e.footprint.contexts) {
+      std::vector<Cell> row{Cell::text(e.model.name),
+                            Cell::text(attention_label(e.model)),
+                            Cell::count(e.model.layers),
+                            Cell::text(describe(e.footprint.format)),
+                            Cell::count(e.footprint.bytes_per_token_per_layer),
+                            Cell::count(e.footprint.bytes_per_token),
+                            Cell::count(e.footprint.state_bytes_per_sequence)};
+      if (baseline) {
+        row.push_back(Cell::ratio(static_cast<double>(e.footprint.bytes_per_token) /
+                                  static_cast<double>(baseline->footprint.bytes_per_token)));
+      }
+      row.push_back(Cell::count(c.tokens));
+      row.push_back(Cell::count(c.kv_bytes));
+      if (paged) {
+        row.push_back(Cell::count(c.paged_kv_bytes));
+      }
+      t.rows.push_back(std::move(row));
+    }
+  }
+  return t;
+}
+
+double ratio(u64 a, u64 b) { return static_cast<double>(a) / static_cast<double>(b); }
+
+Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
+  Table t;
+  t.title = "KV cache per sequence, baseline " + base.model.name;
+  t.columns = {{"model", "name"},
+               {"attention", "attention"},
+               {"layers", "layers"},
+               {"KV cache", "kv_cache"},
+               {"KV/token/layer", "kv_bytes_per_token_per_layer"},
+               {"vs base/layer", "layer_change"},
+               {"KV/token", "kv_bytes_per_token"},
+               {"vs base/token", "token_change"}};
+  for (const auto& c : base.footprint.contexts) {
+    t.columns.push_back({"KV @ " + context_label(c.tokens), "kv_bytes"});
+  }
+  for (const auto& e : entries) {
+    const Footprint& f = e.footprint;
+    std::vector<Cell> row{
+        Cell::text(e.model.name),
+        Cell::text(attention_detail(e.model)),
+        Cell::count(e.model.layers),
+        Cell::text(describe(f.format)),
+        Cell::bytes_exact(f.bytes_per_token_per_layer),
+        Cell::percent(ratio(f.bytes_per_token_per_layer, base.footprint.bytes_per_token_per_layer) -
+                      1.0),
+        Cell::bytes_exact(f.bytes_per_token),
+        Cell::percent(ratio(f.bytes_per_token, base.footprint.bytes_per_token) - 1.0)};
+    for (const auto& c : f.contexts) {
+      row.push_back(Cell::bytes(c.kv_bytes));
+    }
+    t.rows.push_back(std::move(row));
+  }
+  auto factor = [](u64 value, u64 reference) {
+    if (value <= reference) {
+      return format_cell(Cell::ratio(ratio(reference, value)), ByteUnits::iec) + " less";
+    }
+    return format_cell(Cell::ratio(ratio(value, reference)), ByteUnits::iec) + " more";
+  };
+  for (const auto& e : entries) {
+    if (&e == &base || e.footprint.bytes_per_token_per_layer == 0 ||
+        e.footprint.bytes_per_token == 0) {
+      continue;
+    }
+    t.notes.push_back(e.model.name + " stores " +
+                      factor(e.footprint.bytes_per_token_per_layer,
+                             base.footprint.bytes_per_token_per_layer) +
+                      " than " + base.model.name + " per layer, " +
+                      factor(e.footprint.bytes_per_token, base.footprint.bytes_per_token) +
+                      " per token");
+  }
+  return t;
+}
+
+} // namespace
+
+int run_footprint(const FootprintArgs& args, bool compare, std::ostream& out, std::ostream& err) {
+  FootprintOptions options;
+  options.cache = cache_request(args.cache);
+  options.contexts = parse_count_list(args.contexts, "--context");
+  if (!args.cache.block_size.empty()) {
+    options.block_size = parse_count(args.cache.block_size, "--block-size");
+  }
+  Diagnostics diagnostics;
+  std::vector<Entry> entries;
+  bool any_mla = false;
+  for (const auto& spec : args.models) {
+    Model m = load_model(spec, diagnostics);
+    any_mla = any_mla || m.attention.kind == AttentionKind::mla;
+    Footprint f = compute_footprint(m, options);
+    diagnostics.warnings.insert(diagnostics.warnings.end(), f.notes.begin(), f.notes.end());
+    entries.push_back({std::move(m), std::move(f)});
+  }
+  if (!any_mla && args.cache.mla_cache != "latent") {
+    diagnostics.warnings.push_back("--mla-cache applies only to MLA models; none was given");
+  }
+  const Entry* base = nullptr;
+  if (compare) {
+    base = &entries.front();
+    if (!args.baseline.empty()) {
+      base = nullptr;
+      Diagnostics ignored;
+      std::string wanted = load_model(args.baseline, ignored).name;
+      for (const auto& e : entries) {
+        if (e.model.name == wanted) {
+          base = &e;
+        }
+      }
+      if (!base) {
+        throw InputError("--baseline '" + args.baseline +
+                         "' is not one of the compared models; add it to the list");
+      }
+    }
+    if (base->footprint.bytes_per_token == 0) {
+      throw InputError("baseline " + base->model.name +
+                       " keeps no per-token KV cache; choose another --baseline");
+    }
+  }
+  warn(err, diagnostics.warnings);
+
+  Rendered r;
+  r.json = json_header(compare ? "compare" : "footprint");
+  if (base) {
+    r.json["baseline"] = base->model.name;
+  }
+  Json models = Json::array();
+  for (const auto& e : entries) {
+    Json mj = model_json(e);
+    if (base) {
+      mj["ratio_to_baseline"]["per_layer"] =
+          ratio(e.footprint.bytes_per_token_per_layer, base->footprint.bytes_per_token_per_layer);
+      mj["ratio_to_baseline"]["per_token"] =
+          ratio(e.footprint.bytes_per_token, base->footprint.bytes_per_token);
+    }
+    if (args.explain) {
+      Json lines = Json::array();
+      for (const auto& line : e.footprint.derivation) {
+        lines.push_back(line);
+      }
+      mj["derivation"] = std::move(lines);
+    }
+    models.push_back(std::move(mj));
+    if (!compare) {
+      footprint_tables(e, r.tables);
+    }
+    if (args.explain) {
+      r.text_after.emplace_back();
+      r.text_after.insert(r.text_after.end(), e.footprint.derivation.begin(),
+                          e.footprint.derivation.end());
+    }
+  }
+  r.json["models"] = std::move(models);
+  if (compare) {
+    r.tables.push_back(compare_table(entries, *base));
+  }
+  r.csv = flat_table(entries, base);
+  emit(r, args.output, out);
+  return 0;
+}
+
+} // namespace kvcalc::cli

@@ -1,0 +1,87 @@
+#include <fstream>
+#include <ostream>
+
+#include <kvcalc/core/error.hpp>
+#include <kvcalc/core/version.hpp>
+
+#include "commands.hpp"
+
+namespace kvcalc::cli {
+
+namespace {
+
+Format parse_format(const std::string& name) {
+  if (name == "table") {
+    return Format::table;
+  }
+  if (name == "md") {
+    return Format::md;
+  }
+  if (name == "json") {
+    return Format::json;
+  }
+  if (name == "csv") {
+    return Format::csv;
+  }
+  throw InputError("unknown --format '" + name + "' (one of: table, md, json, csv)");
+}
+
+} // namespace
+
+Json json_header(const std::string& command) {
+  Json j = Json::object();
+  j["kvcalc"]["version"] = std::string(version());
+  j["kvcalc"]["schema"] = k_json_schema;
+  j["command"] = command;
+  return j;
+}
+
+void emit(const Rendered& result, const OutputOptions& options, std::ostream& out) {
+  ByteUnits units = ByteUnits::iec;
+  if (options.units == "si") {
+    units = ByteUnits::si;
+  } else if (options.units != "iec") {
+    throw InputError("unknown --units '" + options.units + "' (one of: iec, si)");
+  }
+  std::string text;
+  switch (parse_format(options.format)) {
+  case Format::table:
+    text = render_text(result.tables, units);
+    for (const auto& line : result.text_after) {
+      text += line + '\n';
+    }
+    break;
+  case Format::md:
+    text = render_markdown(result.tables, units);
+    if (!result.text_after.empty()) {
+      text += "\n```\n";
+      for (const auto& line : result.text_after) {
+        text += line + '\n';
+      }
+      text += "```\n";
+    }
+    break;
+  case Format::json:
+    text = result.json.dump(2) + '\n';
+    break;
+  case Format::csv:
+    text = render_csv(result.csv);
+    break;
+  }
+  if (options.file.empty()) {
+    out << text;
+    return;
+  }
+  std::ofstream file(options.file, std::ios::binary);
+  if (!file || !(file << text) || !file.flush()) {
+    throw Error("cannot write '" + options.file + "'");
+  }
+}
+
+void warn(std::ostream& err, const std::vector<std::string>& warnings) {
+  for (const auto& w : warnings) {
+    err << "kvcalc: warning: " << w << '\n';
+  }
+}
+
+} // namespace kvcalc::cli

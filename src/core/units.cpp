@@ -1,0 +1,118 @@
+#include <kvcalc/core/units.hpp>
+
+#include <cctype>
+#include <string>
+
+namespace kvcalc {
+
+namespace {
+
+[[noreturn]] void bad_count(std::string_view text, std::string_view what, std::string_view why) {
+  throw InputError("invalid " + std::string(what) + " '" + std::string(text) + "': " +
+                   std::string(why) +
+                   "; expected a token count such as 4096, 4k (= 4,096), 128k (= 131,072) or "
+                   "1M (= 1,048,576)");
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+} // namespace
+
+u64 parse_count(std::string_view raw, std::string_view what) {
+  std::string_view text = trim(raw);
+  if (text.empty()) {
+    bad_count(raw, what, "empty value");
+  }
+  if (text.front() == '-') {
+    bad_count(raw, what, "a count cannot be negative");
+  }
+  u64 multiplier = 1;
+  char last = static_cast<char>(std::tolower(static_cast<unsigned char>(text.back())));
+  if (last == 'k' || last == 'm') {
+    multiplier = last == 'k' ? u64{1} << 10 : u64{1} << 20;
+    text.remove_suffix(1);
+  }
+  u64 whole = 0;
+  u64 fraction = 0;
+  u64 fraction_scale = 1;
+  bool seen_digit = false;
+  bool in_fraction = false;
+  for (char c : text) {
+    if (c == '.' && !in_fraction) {
+      in_fraction = true;
+      continue;
+    }
+    if (c < '0' || c > '9') {
+      bad_count(raw, what, "not a number");
+    }
+    seen_digit = true;
+    auto digit = static_cast<u64>(c - '0');
+    if (in_fraction) {
+      if (fraction_scale >= 1'000'000'000'000ULL) {
+        bad_count(raw, what, "too many decimals");
+      }
+      fraction = fraction * 10 + digit;
+      fraction_scale *= 10;
+    } else {
+      if (whole > (UINT64_MAX - digit) / 10) {
+        bad_count(raw, what, "too large for 64 bits");
+      }
+      whole = whole * 10 + digit;
+    }
+  }
+  if (!seen_digit) {
+    bad_count(raw, what, "not a number");
+  }
+  u64 value = 0;
+  try {
+    value = checked_mul(whole, multiplier, "count");
+    u64 fraction_part = checked_mul(fraction, multiplier, "count");
+    if (fraction_part % fraction_scale != 0) {
+      bad_count(raw, what, "not a whole number of tokens");
+    }
+    value = checked_add(value, fraction_part / fraction_scale, "count");
+  } catch (const OverflowError&) {
+    bad_count(raw, what, "too large for 64 bits");
+  }
+  if (value == 0) {
+    bad_count(raw, what, "must be at least 1");
+  }
+  return value;
+}
+
+std::vector<u64> parse_count_list(std::string_view text, std::string_view what) {
+  std::vector<u64> out;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t comma = text.find(',', start);
+    out.push_back(parse_count(text.substr(start, comma - start), what));
+    if (comma == std::string_view::npos) {
+      break;
+    }
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string group_digits(u64 value) {
+  std::string digits = std::to_string(value);
+  std::string out;
+  std::size_t lead = digits.size() % 3;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && (i + 3 - lead) % 3 == 0) {
+      out += ',';
+    }
+    out += digits[i];
+  }
+  return out;
+}
+
+} // namespace kvcalc

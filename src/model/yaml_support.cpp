@@ -1,0 +1,204 @@
+#include "yaml_support.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <kvcalc/core/spell.hpp>
+
+namespace kvcalc::detail {
+
+YAML::Node parse_yaml(const std::string& text, const std::string& file) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw InputError(SourceLocation{file, e.mark.line + 1, e.mark.column + 1},
+                     "syntax error: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    throw InputError(SourceLocation{file, 0, 0}, "cannot parse: " + e.msg);
+  }
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InputError("cannot open '" + path + "': no such file, or it is not readable");
+  }
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) {
+    throw InputError("cannot read '" + path + "'");
+  }
+  return buffer.str();
+}
+
+SourceLocation location_of(const YAML::Node& node, const std::string& file) {
+  YAML::Mark mark = node.Mark();
+  if (mark.is_null()) {
+    return {file, 0, 0};
+  }
+  return {file, mark.line + 1, mark.column + 1};
+}
+
+SourceLocation LocationMap::find(std::string_view path) const {
+  std::string key(path);
+  while (true) {
+    if (auto it = m_where.find(key); it != m_where.end()) {
+      return it->second;
+    }
+    auto dot = key.rfind('.');
+    if (dot == std::string::npos) {
+      return m_root;
+    }
+    key.resize(dot);
+  }
+}
+
+Locator LocationMap::locator() const {
+  return [this](std::string_view path) { return find(path); };
+}
+
+MapReader::MapReader(YAML::Node map, std::string path, std::shared_ptr<LocationMap> locations)
+    : m_map(std::move(map)), m_path(std::move(path)), m_locations(std::move(locations)) {
+  if (!m_map.IsMap()) {
+    std::string what = m_path.empty() ? "the document" : "'" + m_path + "'";
+    throw InputError(location_of(m_map, m_locations->file()),
+                     what + " must be a map of key: value pairs");
+  }
+  for (const auto& entry : m_map) {
+    auto key = entry.first.as<std::string>();
+    m_locations->add(path_of(key), location_of(entry.first, m_locations->file()));
+  }
+}
+
+std::string MapReader::path_of(std::string_view key) const {
+  return m_path.empty() ? std::string(key) : m_path + "." + std::string(key);
+}
+
+void MapReader::allow_only(std::initializer_list<std::string_view> keys) const {
+  std::vector<std::string> allowed(keys.begin(), keys.end());
+  for (const auto& entry : m_map) {
+    auto key = entry.first.as<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      std::string message = "unknown key '" + key + "'";
+      std::string hint = did_you_mean(key, allowed);
+      if (hint.empty()) {
+        message += m_path.empty() ? " at the top level" : " in '" + m_path + "'";
+        message += " (see docs/model-format.md)";
+      }
+      throw InputError(location_of(entry.first, m_locations->file()), message + hint);
+    }
+  }
+}
+
+bool MapReader::has(std::string_view key) const {
+  YAML::Node n = m_map[std::string(key)];
+  return n.IsDefined() && !n.IsNull();
+}
+
+YAML::Node MapReader::node(std::string_view key) const { return m_map[std::string(key)]; }
+
+SourceLocation MapReader::where(std::string_view key) const {
+  YAML::Node n = node(key);
+  if (n.IsDefined()) {
+    return location_of(n, m_locations->file());
+  }
+  return location_of(m_map, m_locations->file());
+}
+
+void MapReader::fail(std::string_view key, const std::string& message) const {
+  throw InputError(where(key), message);
+}
+
+std::optional<u64> MapReader::count(std::string_view key) const {
+  if (!has(key)) {
+    return std::nullopt;
+  }
+  YAML::Node n = node(key);
+  std::string name = path_of(key);
+  if (!n.IsScalar()) {
+    fail(key, "'" + name + "' must be an integer, got a " + (n.IsSequence() ? "list" : "map"));
+  }
+  const std::string& s = n.Scalar();
+  std::string_view digits = s;
+  if (!digits.empty() && digits.front() == '-') {
+    fail(key, "'" + name + "' must not be negative, got " + s);
+  }
+  // JSON writers sometimes emit integral floats ("4096.0"); accept only those.
+  if (auto dot = digits.find('.'); dot != std::string_view::npos &&
+                                   digits.find_first_not_of('0', dot + 1) == std::string_view::npos) {
+    digits = digits.substr(0, dot);
+  }
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c)) != 0;
+      })) {
+    fail(key, "'" + name + "' must be a whole number, got '" + s + "'");
+  }
+  u64 value = 0;
+  for (char c : digits) {
+    auto d = static_cast<u64>(c - '0');
+    if (value > (UINT64_MAX - d) / 10) {
+      fail(key, "'" + name + "' = " + s + " does not fit in 64 bits");
+    }
+    value = value * 10 + d;
+  }
+  return value;
+}
+
+u64 MapReader::required_count(std::string_view key, std::string_view meaning) const {
+  auto value = count(key);
+  if (!value) {
+    std::string where_text = m_path.empty() ? "" : " in '" + m_path + "'";
+    throw InputError(location_of(m_map, m_locations->file()),
+                     "missing required key '" + std::string(key) + "'" + where_text + " (" +
+                         std::string(meaning) + ")");
+  }
+  return *value;
+}
+
+std::optional<std::string> MapReader::text(std::string_view key) const {
+  if (!has(key)) {
+    return std::nullopt;
+  }
+  YAML::Node n = node(key);
+  if (!n.IsScalar()) {
+    fail(key, "'" + path_of(key) + "' must be a string");
+  }
+  return n.Scalar();
+}
+
+std::string MapReader::required_text(std::string_view key, std::string_view meaning) const {
+  auto value = text(key);
+  if (!value) {
+    std::string where_text = m_path.empty() ? "" : " in '" + m_path + "'";
+    throw InputError(location_of(m_map, m_locations->file()),
+                     "missing required key '" + std::string(key) + "'" + where_text + " (" +
+                         std::string(meaning) + ")");
+  }
+  return *value;
+}
+
+std::optional<bool> MapReader::flag(std::string_view key) const {
+  auto value = text(key);
+  if (!value) {
+    return std::nullopt;
+  }
+  if (*value == "true" || *value == "True") {
+    return true;
+  }
+  if (*value == "false" || *value == "False") {
+    return false;
+  }
+  fail(key, "'" + path_of(key) + "' must be true or false, got '" + *value + "'");
+}
+
+std::optional<MapReader> MapReader::map(std::string_view key) const {
+  if (!has(key)) {
+    return std::nullopt;
+  }
+  return MapReader(node(key), path_of(key), m_locations);
+}
+
+} // namespace kvcalc::detail

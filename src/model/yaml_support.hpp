@@ -1,0 +1,78 @@
+#pragma once
+// Typed, located reads from yaml-cpp nodes, shared by the model YAML and config.json loaders.
+
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <yaml-cpp/yaml.h>
+
+#include <kvcalc/core/checked.hpp>
+#include <kvcalc/core/error.hpp>
+#include <kvcalc/model/model.hpp>
+
+namespace kvcalc::detail {
+
+/// Parses YAML (or JSON) text; syntax errors become InputError at file:line:col.
+YAML::Node parse_yaml(const std::string& text, const std::string& file);
+
+/// Reads a file whole; a missing or unreadable file is an InputError naming it.
+std::string read_text_file(const std::string& path);
+
+SourceLocation location_of(const YAML::Node& node, const std::string& file);
+
+/// Where each key path of one document was found, for located validation errors.
+class LocationMap {
+public:
+  LocationMap(std::string file, SourceLocation root) : m_file(std::move(file)), m_root(std::move(root)) {}
+  void add(std::string path, SourceLocation where) { m_where[std::move(path)] = std::move(where); }
+  /// The key's location, else its nearest recorded parent's, else the document's.
+  [[nodiscard]] SourceLocation find(std::string_view path) const;
+  [[nodiscard]] const std::string& file() const { return m_file; }
+  [[nodiscard]] Locator locator() const;
+
+private:
+  std::string m_file;
+  SourceLocation m_root;
+  std::map<std::string, SourceLocation, std::less<>> m_where;
+};
+
+/// Reads the keys of one YAML map, with the errors of docs/model-format.md.
+class MapReader {
+public:
+  /// `path` is the key path of this map ("" for the root, "attention" for a nested map).
+  MapReader(YAML::Node map, std::string path, std::shared_ptr<LocationMap> locations);
+
+  /// Every key of the map must be one of `keys`; an unknown one is an error with a did-you-mean.
+  void allow_only(std::initializer_list<std::string_view> keys) const;
+
+  /// True when the key is present and not null.
+  [[nodiscard]] bool has(std::string_view key) const;
+  [[nodiscard]] YAML::Node node(std::string_view key) const;
+  [[nodiscard]] SourceLocation where(std::string_view key) const;
+  [[nodiscard]] std::string path_of(std::string_view key) const;
+
+  /// A non-negative integer; missing or null keys give nullopt.
+  [[nodiscard]] std::optional<u64> count(std::string_view key) const;
+  /// A non-negative integer that must be present; `meaning` explains the key in the error.
+  [[nodiscard]] u64 required_count(std::string_view key, std::string_view meaning) const;
+  [[nodiscard]] std::optional<std::string> text(std::string_view key) const;
+  [[nodiscard]] std::string required_text(std::string_view key, std::string_view meaning) const;
+  [[nodiscard]] std::optional<bool> flag(std::string_view key) const;
+  /// A nested map, or nullopt when absent or null.
+  [[nodiscard]] std::optional<MapReader> map(std::string_view key) const;
+
+  [[noreturn]] void fail(std::string_view key, const std::string& message) const;
+  [[nodiscard]] const std::shared_ptr<LocationMap>& locations() const { return m_locations; }
+  [[nodiscard]] const YAML::Node& yaml() const { return m_map; }
+
+private:
+  YAML::Node m_map;
+  std::string m_path;
+  std::shared_ptr<LocationMap> m_locations;
+};
+
+} // namespace kvcalc::detail

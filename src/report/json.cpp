@@ -1,0 +1,131 @@
+#include <kvcalc/report/json.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
+namespace kvcalc {
+
+Json& Json::operator[](const std::string& key) {
+  if (std::holds_alternative<std::nullptr_t>(m_value)) {
+    m_value = Object{};
+  }
+  auto& object = std::get<Object>(m_value);
+  for (auto& [k, v] : object) {
+    if (k == key) {
+      return v;
+    }
+  }
+  object.emplace_back(key, Json{});
+  return object.back().second;
+}
+
+Json& Json::push_back(Json value) {
+  if (std::holds_alternative<std::nullptr_t>(m_value)) {
+    m_value = Array{};
+  }
+  auto& array = std::get<Array>(m_value);
+  array.push_back(std::move(value));
+  return array.back();
+}
+
+namespace {
+
+void write_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (char c : s) {
+    switch (c) {
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    default:
+      if (static_cast<unsigned char>(c) < 0x20) {
+        static const char* hex = "0123456789abcdef";
+        out += "\\u00";
+        out += hex[(c >> 4) & 0xF];
+        out += hex[c & 0xF];
+      } else {
+        out += c;
+      }
+    }
+  }
+  out += '"';
+}
+
+void newline(std::string& out, int indent, int depth) {
+  if (indent > 0) {
+    out += '\n';
+    out.append(static_cast<std::size_t>(indent * depth), ' ');
+  }
+}
+
+} // namespace
+
+void Json::write(std::string& out, int indent, int depth) const {
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::nullptr_t>) {
+          out += "null";
+        } else if constexpr (std::is_same_v<T, bool>) {
+          out += v ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint64_t>) {
+          out += std::to_string(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!std::isfinite(v)) {
+            out += "null";
+            return;
+          }
+          char buffer[32];
+          auto result = std::to_chars(buffer, buffer + sizeof buffer, v);
+          out.append(buffer, result.ptr);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          write_string(out, v);
+        } else if constexpr (std::is_same_v<T, Array>) {
+          out += '[';
+          for (std::size_t i = 0; i < v.size(); ++i) {
+            out += i ? "," : "";
+            newline(out, indent, depth + 1);
+            v[i].write(out, indent, depth + 1);
+          }
+          if (!v.empty()) {
+            newline(out, indent, depth);
+          }
+          out += ']';
+        } else {
+          out += '{';
+          for (std::size_t i = 0; i < v.size(); ++i) {
+            out += i ? "," : "";
+            newline(out, indent, depth + 1);
+            write_string(out, v[i].first);
+            out += indent > 0 ? ": " : ":";
+            v[i].second.write(out, indent, depth + 1);
+          }
+          if (!v.empty()) {
+            newline(out, indent, depth);
+          }
+          out += '}';
+        }
+      },
+      m_value);
+}
+
+std::string Json::dump(int indent) const {
+  std::string out;
+  write(out, indent, 0);
+  return out;
+}
+
+} // namespace kvcalc

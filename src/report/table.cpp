@@ -1,0 +1,231 @@
+#include <kvcalc/report/table.hpp>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <fmt/format.h>
+
+#include <kvcalc/core/units.hpp>
+
+namespace kvcalc {
+
+std::string human_bytes(std::uint64_t bytes, ByteUnits units) {
+  const double base = units == ByteUnits::iec ? 1024.0 : 1000.0;
+  static constexpr std::array<const char*, 7> iec{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  static constexpr std::array<const char*, 7> si{"B", "kB", "MB", "GB", "TB", "PB", "EB"};
+  const auto& names = units == ByteUnits::iec ? iec : si;
+  auto value = static_cast<double>(bytes);
+  std::size_t i = 0;
+  while (value >= base && i + 1 < names.size()) {
+    value /= base;
+    ++i;
+  }
+  if (i == 0) {
+    return fmt::format("{} B", bytes);
+  }
+  // Four significant digits: enough to tell 40 GiB from 40.1 GiB without hiding the unit.
+  int decimals = value < 10 ? 3 : value < 100 ? 2 : value < 1000 ? 1 : 0;
+  return fmt::format("{:.{}f} {}", value, decimals, names[i]);
+}
+
+namespace {
+
+std::string significant(double v, int digits) {
+  if (v == 0) {
+    return "0";
+  }
+  int magnitude = static_cast<int>(std::floor(std::log10(std::fabs(v))));
+  int decimals = std::max(0, digits - 1 - magnitude);
+  return fmt::format("{:.{}f}", v, decimals);
+}
+
+bool numeric(const Cell& c) { return c.unit != Unit::text; }
+
+} // namespace
+
+std::string format_cell(const Cell& cell, ByteUnits units) {
+  if (std::holds_alternative<std::monostate>(cell.value)) {
+    return "-";
+  }
+  if (const auto* s = std::get_if<std::string>(&cell.value)) {
+    return *s;
+  }
+  if (const auto* v = std::get_if<std::uint64_t>(&cell.value)) {
+    switch (cell.unit) {
+    case Unit::bytes:
+      return human_bytes(*v, units);
+    case Unit::bytes_exact:
+      return group_digits(*v) + " B";
+    default:
+      return group_digits(*v);
+    }
+  }
+  double d = std::get<double>(cell.value);
+  switch (cell.unit) {
+  case Unit::percent:
+    return fmt::format("{}{:.1f}%", d > 0 ? "+" : "", d * 100.0);
+  case Unit::ratio:
+    return significant(d, 3) + "x";
+  default:
+    return significant(d, 4);
+  }
+}
+
+namespace {
+
+std::vector<std::vector<std::string>> formatted(const Table& t, ByteUnits units) {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& row : t.rows) {
+    std::vector<std::string> line;
+    for (const auto& cell : row) {
+      line.push_back(format_cell(cell, units));
+    }
+    out.push_back(std::move(line));
+  }
+  return out;
+}
+
+/// Display width: UTF-8 continuation bytes take no column.
+std::size_t width(const std::string& s) {
+  return static_cast<std::size_t>(std::count_if(
+      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+std::string pad(const std::string& s, std::size_t w, bool right) {
+  std::string fill(w > width(s) ? w - width(s) : 0, ' ');
+  return right ? fill + s : s + fill;
+}
+
+} // namespace
+
+std::string render_text(const std::vector<Table>& tables, ByteUnits units) {
+  std::string out;
+  for (const auto& t : tables) {
+    if (!out.empty()) {
+      out += '\n';
+    }
+    if (!t.title.empty()) {
+      out += t.title + '\n';
+    }
+    auto cells = formatted(t, units);
+    if (!t.columns.empty()) {
+      std::vector<std::size_t> widths;
+      std::vector<bool> right;
+      for (std::size_t c = 0; c < t.columns.size(); ++c) {
+        std::size_t w = width(t.columns[c].header);
+        bool is_numeric = false;
+        for (std::size_t r = 0; r < cells.size(); ++r) {
+          w = std::max(w, width(cells[r][c]));
+          is_numeric = is_numeric || numeric(t.rows[r][c]);
+        }
+        widths.push_back(w);
+        right.push_back(is_numeric);
+      }
+      auto line = [&](const std::vector<std::string>& values) {
+        std::string text;
+        for (std::size_t c = 0; c < values.size(); ++c) {
+          text += (c ? "  " : "  ") + pad(values[c], widths[c], right[c]);
+        }
+        while (!text.empty() && text.back() == ' ') {
+          text.pop_back();
+        }
+        out += text + '\n';
+      };
+      std::vector<std::string> headers;
+      for (const auto& col : t.columns) {
+        headers.push_back(col.header);
+      }
+      line(headers);
+      for (const auto& row : cells) {
+        line(row);
+      }
+    }
+    for (const auto& note : t.notes) {
+      out += note + '\n';
+    }
+  }
+  return out;
+}
+
+std::string render_markdown(const std::vector<Table>& tables, ByteUnits units) {
+  std::string out;
+  for (const auto& t : tables) {
+    if (!out.empty()) {
+      out += '\n';
+    }
+    if (!t.title.empty()) {
+      out += "**" + t.title + "**\n\n";
+    }
+    auto cells = formatted(t, units);
+    if (!t.columns.empty()) {
+      auto escape = [](const std::string& s) {
+        std::string e;
+        for (char c : s) {
+          e += c == '|' ? std::string("\\|") : std::string(1, c);
+        }
+        return e;
+      };
+      std::string header = "|";
+      std::string rule = "|";
+      for (std::size_t c = 0; c < t.columns.size(); ++c) {
+        header += " " + escape(t.columns[c].header) + " |";
+        bool is_numeric = !t.rows.empty() && numeric(t.rows[0][c]);
+        rule += is_numeric ? " ---: |" : " --- |";
+      }
+      out += header + '\n' + rule + '\n';
+      for (const auto& row : cells) {
+        std::string line = "|";
+        for (const auto& v : row) {
+          line += " " + escape(v) + " |";
+        }
+        out += line + '\n';
+      }
+    }
+    if (!t.notes.empty()) {
+      out += '\n';
+      for (const auto& note : t.notes) {
+        out += note + "  \n";
+      }
+    }
+  }
+  return out;
+}
+
+std::string render_csv(const Table& t) {
+  auto quote = [](const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) {
+      return s;
+    }
+    std::string q = "\"";
+    for (char c : s) {
+      q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    }
+    return q + "\"";
+  };
+  std::string out;
+  for (std::size_t c = 0; c < t.columns.size(); ++c) {
+    out += (c ? "," : "") + t.columns[c].key;
+  }
+  out += '\n';
+  for (const auto& row : t.rows) {
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      std::string v;
+      const Cell& cell = row[c];
+      if (const auto* s = std::get_if<std::string>(&cell.value)) {
+        v = *s;
+      } else if (const auto* u = std::get_if<std::uint64_t>(&cell.value)) {
+        v = std::to_string(*u);
+      } else if (const auto* d = std::get_if<double>(&cell.value)) {
+        char buffer[32];
+        auto result = std::to_chars(buffer, buffer + sizeof buffer, *d);
+        v.assign(buffer, result.ptr);
+      }
+      out += (c ? "," : "") + quote(v);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+} // namespace kvcalc
