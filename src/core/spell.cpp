@@ -28,25 +28,42 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-std::optional<std::string> closest_match(std::string_view word,
+std::vector<std::string> closest_matches(std::string_view word,
                                          std::span<const std::string> candidates) {
   // A typo changes at most about a third of a word; anything further is a different word.
   std::size_t budget = std::max<std::size_t>(2, word.size() / 3);
-  std::optional<std::string> best;
+  std::vector<std::string> best;
   std::size_t best_distance = budget + 1;
   for (const auto& candidate : candidates) {
     std::size_t d = edit_distance(word, candidate);
     if (d < best_distance) {
       best_distance = d;
-      best = candidate;
+      best.clear();
+    }
+    if (d == best_distance && std::find(best.begin(), best.end(), candidate) == best.end()) {
+      best.push_back(candidate);
     }
   }
   return best;
 }
 
+std::optional<std::string> closest_match(std::string_view word,
+                                         std::span<const std::string> candidates) {
+  auto matches = closest_matches(word, candidates);
+  return matches.empty() ? std::nullopt : std::optional<std::string>(matches.front());
+}
+
 std::string did_you_mean(std::string_view word, std::span<const std::string> candidates) {
-  auto match = closest_match(word, candidates);
-  return match ? "; did you mean '" + *match + "'?" : std::string{};
+  auto matches = closest_matches(word, candidates);
+  if (matches.empty()) {
+    return {};
+  }
+  std::string out = "; did you mean ";
+  for (std::size_t i = 0; i < matches.size() && i < 3; ++i) {
+    out += (i == 0 ? "" : i + 1 == std::min<std::size_t>(matches.size(), 3) ? " or " : ", ");
+    out += "'" + matches[i] + "'";
+  }
+  return out + "?";
 }
 
 } // namespace kvcalc

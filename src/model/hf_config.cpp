@@ -31,15 +31,20 @@ constexpr std::array k_type_defaults{
     TypeDefault{"gemma3_text", "sliding_window_pattern", 6},
     TypeDefault{"gemma3_text", "head_dim", 256},
     TypeDefault{"gemma3_text", "sliding_window", 4096},
+    TypeDefault{"falcon", "max_position_embeddings", 2048},
+    TypeDefault{"RefinedWeb", "max_position_embeddings", 2048},
+    TypeDefault{"RefinedWebModel", "max_position_embeddings", 2048},
 };
 
 /// Model types whose MLP is up/down with no gate.
-constexpr std::array<std::string_view, 8> k_plain_mlp{
-    "falcon", "gpt_bigcode", "gpt2", "gpt_neox", "gptj", "opt", "bloom", "phi"};
+constexpr std::array<std::string_view, 10> k_plain_mlp{
+    "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode", "gpt2",
+    "gpt_neox", "gptj",     "opt",             "bloom",       "phi"};
 
 /// Model types whose transformers config class ties embeddings by default.
-constexpr std::array<std::string_view, 7> k_tied_by_default{
-    "gemma", "gemma2", "gemma3", "gemma3_text", "gpt_bigcode", "falcon", "gpt2"};
+constexpr std::array<std::string_view, 11> k_tied_by_default{
+    "gemma",  "gemma2",     "gemma3",          "gemma3_text", "gpt_bigcode",        "falcon",
+    "RefinedWeb", "RefinedWebModel", "gpt2", "minicpm3", "MiniCPM3ForCausalLM"};
 
 template <std::size_t N>
 bool contains(const std::array<std::string_view, N>& list, std::string_view value) {
@@ -316,6 +321,16 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
       break;
     }
   }
+  if (model_type.empty()) {
+    // Some remote-code configs omit model_type; the architecture class names the family.
+    if (YAML::Node arch = root["architectures"]; arch.IsSequence() && arch.size() > 0 &&
+                                                 arch[0].IsScalar()) {
+      model_type = arch[0].Scalar();
+    }
+    diag.warnings.push_back("config has no model_type: reading it as " +
+                            (model_type.empty() ? std::string("a generic decoder")
+                                                : "'" + model_type + "'"));
+  }
   ConfigView c(scopes, locations, model_type, file);
 
   Model m;
@@ -326,6 +341,13 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   if (auto dtype = c.text({"torch_dtype", "dtype"})) {
     try {
       m.dtype = parse_dtype(*dtype, "torch_dtype");
+      if (m.dtype == DType::fp32) {
+        // vLLM and SGLang serve float32 checkpoints in half precision unless told otherwise.
+        m.dtype = DType::bf16;
+        diag.warnings.push_back("torch_dtype is float32: taking bf16, the dtype serving "
+                                "engines cast float32 checkpoints to (use --kv-dtype fp32 for "
+                                "a float32 cache)");
+      }
     } catch (const InputError&) {
       diag.warnings.push_back("torch_dtype '" + *dtype + "' is not a dtype kvcalc knows: "
                               "taking bf16");
@@ -384,7 +406,9 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
     a.v_head_dim = a.mla.v_head_dim;
   } else {
     if (model_type == "falcon" || model_type == "RefinedWeb" || model_type == "RefinedWebModel") {
-      bool new_arch = c.flag({"new_decoder_architecture"}).value_or(false);
+      // Legacy "RefinedWeb" configs (Falcon-40B/180B) predate the flag and mean the new
+      // decoder architecture; "RefinedWebModel" (Falcon-7B) the old one.
+      bool new_arch = c.flag({"new_decoder_architecture"}).value_or(model_type == "RefinedWeb");
       if (new_arch) {
         a.kv_heads =
             c.count({"num_kv_heads", "n_head_kv"}, "attention.kv_heads").value_or(a.heads);
@@ -413,7 +437,7 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
     } else if (a.heads != 0 && m.hidden_size % a.heads == 0) {
       a.head_dim = m.hidden_size / a.heads;
     } else {
-      throw InputError(SourceLocation{file, 1, 1},
+      throw InputError(locations->find("attention.heads"),
                        "config has no head_dim and hidden_size (" + std::to_string(m.hidden_size) +
                            ") is not a multiple of num_attention_heads (" +
                            std::to_string(a.heads) + ")");

@@ -232,7 +232,7 @@ void validate_model(const Model& m, const Locator& where) {
     return std::find(m.layer_types.begin(), m.layer_types.end(), t) != m.layer_types.end();
   };
   if (has(LayerType::sliding) && m.sliding_window == 0) {
-    fail("sliding_window", "some layers slide but 'sliding_window' (tokens) is not set");
+    fail("layer_pattern", "some layers slide but 'sliding_window' (tokens) is not set");
   }
   if (!has(LayerType::sliding) && m.sliding_window != 0) {
     fail("layer_pattern", "'sliding_window' is set but layer_pattern has no sliding layer; "

@@ -82,7 +82,9 @@ Attention read_attention(const MapReader& r, u64 hidden_size) {
   }
   if (auto head_dim = r.count("head_dim")) {
     a.head_dim = *head_dim;
-  } else if (a.heads != 0 && hidden_size % a.heads == 0) {
+  } else if (a.heads == 0) {
+    a.head_dim = 0; // validate_model reports the heads
+  } else if (hidden_size % a.heads == 0) {
     a.head_dim = hidden_size / a.heads;
   } else {
     r.fail("heads", "head_dim is not given and hidden_size (" + std::to_string(hidden_size) +

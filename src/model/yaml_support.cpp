@@ -69,7 +69,7 @@ MapReader::MapReader(YAML::Node map, std::string path, std::shared_ptr<LocationM
   }
   for (const auto& entry : m_map) {
     auto key = entry.first.as<std::string>();
-    m_locations->add(path_of(key), location_of(entry.first, m_locations->file()));
+    m_locations->add(path_of(key), location_of(entry.second, m_locations->file()));
   }
 }
 

@@ -1,0 +1,71 @@
+#include <catch2/catch.hpp>
+
+#include <kvcalc/core/checked.hpp>
+#include <kvcalc/core/dtype.hpp>
+#include <kvcalc/core/spell.hpp>
+#include <kvcalc/core/units.hpp>
+
+using namespace kvcalc;
+
+TEST_CASE("token counts take binary k and M suffixes", "[core][units]") {
+  CHECK(parse_count("4096", "--context") == 4096);
+  CHECK(parse_count("4k", "--context") == 4096);
+  CHECK(parse_count("4K", "--context") == 4096);
+  CHECK(parse_count("128k", "--context") == 131072);
+  CHECK(parse_count("1M", "--context") == 1048576);
+  CHECK(parse_count("1.5k", "--context") == 1536);
+  CHECK(parse_count(" 32k ", "--context") == 32768);
+  CHECK(parse_count_list("4k,32k,128k", "--context") == std::vector<u64>{4096, 32768, 131072});
+}
+
+TEST_CASE("bad token counts are input errors that say what is expected", "[core][units]") {
+  for (const char* bad : {"", "0", "-4k", "4x", "k", "1.0001k", "4k,", "99999999999999999999",
+                          "18014398509481984M"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_count_list(bad, "--context"), InputError);
+  }
+  CHECK_THROWS_WITH(parse_count("-1", "--context"),
+                    Catch::Contains("--context '-1'") && Catch::Contains("negative") &&
+                        Catch::Contains("128k (= 131,072)"));
+}
+
+TEST_CASE("digit grouping", "[core][units]") {
+  CHECK(group_digits(0) == "0");
+  CHECK(group_digits(999) == "999");
+  CHECK(group_digits(1000) == "1,000");
+  CHECK(group_digits(70272) == "70,272");
+  CHECK(group_digits(2621440) == "2,621,440");
+  CHECK(group_digits(18446744073709551615ULL) == "18,446,744,073,709,551,615");
+}
+
+TEST_CASE("checked arithmetic refuses to wrap", "[core][checked]") {
+  CHECK(checked_mul(1ULL << 32, 1ULL << 31) == 1ULL << 63);
+  CHECK_THROWS_AS(checked_mul(1ULL << 32, 1ULL << 32), OverflowError);
+  CHECK_THROWS_AS(checked_add(UINT64_MAX, 1), OverflowError);
+  CHECK(ceil_div(UINT64_MAX, 2) == (UINT64_MAX / 2) + 1);
+  CHECK(ceil_div(4096, 16) == 256);
+  CHECK(ceil_div(4097, 16) == 257);
+}
+
+TEST_CASE("dtypes: bits, packed storage, aliases", "[core][dtype]") {
+  CHECK(dtype_bits(DType::bf16) == 16);
+  CHECK(dtype_bits(DType::nvfp4) == 4);
+  CHECK(dtype_storage_bytes(DType::int4, 3) == 2); // 12 bits round up to 2 bytes
+  CHECK(dtype_storage_bytes(DType::fp32, 576) == 2304);
+  CHECK(parse_dtype("fp8") == DType::fp8_e4m3);
+  CHECK(parse_dtype("bfloat16") == DType::bf16);
+  CHECK(parse_dtype("FP8-E5M2") == DType::fp8_e5m2);
+  CHECK(parse_dtype("float32") == DType::fp32);
+  CHECK_THROWS_WITH(parse_dtype("bf61", "--kv-dtype"),
+                    Catch::Contains("unknown --kv-dtype 'bf61'") &&
+                        Catch::Contains("did you mean 'bf16'?"));
+}
+
+TEST_CASE("did-you-mean finds near misses only", "[core][spell]") {
+  std::vector<std::string> keys{"kv_heads", "heads", "head_dim", "kv_lora_rank"};
+  CHECK(closest_match("num_kv_head", keys) == std::nullopt);
+  CHECK(closest_match("kv_head", keys) == "kv_heads");
+  CHECK(closest_match("head_dims", keys) == "head_dim");
+  CHECK(closest_match("vocabulary", keys) == std::nullopt);
+  CHECK(edit_distance("kitten", "sitting") == 3);
+}

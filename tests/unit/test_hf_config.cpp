@@ -1,0 +1,150 @@
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <kvcalc/kv/footprint.hpp>
+#include <kvcalc/model/loader.hpp>
+#include <kvcalc/model/registry.hpp>
+
+using namespace kvcalc;
+
+namespace {
+
+const std::filesystem::path k_fixtures = std::filesystem::path(KVCALC_SOURCE_DIR) / "tests/data/hf";
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Model import(const std::string& file, Diagnostics& d) {
+  return parse_hf_config(slurp(k_fixtures / file), file, d);
+}
+
+u64 kv_per_token(const Model& m) { return compute_footprint(m, {}).bytes_per_token; }
+
+bool mentions(const Diagnostics& d, const std::string& text) {
+  return std::any_of(d.warnings.begin(), d.warnings.end(),
+                     [&](const std::string& w) { return w.find(text) != std::string::npos; });
+}
+
+} // namespace
+
+// Each fixture holds the architecture keys of a real config.json (tests/data/hf/README.md).
+// Importing it must give the bundled model of the same name, field for field.
+TEST_CASE("every HF fixture imports to its bundled model", "[hf][zoo]") {
+  std::size_t checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(k_fixtures)) {
+    if (entry.path().extension() != ".json") {
+      continue;
+    }
+    std::string stem = entry.path().stem().string();
+    std::string zoo_name = stem.substr(0, stem.find(".rw"));
+    const Model* zoo = find_builtin_model(zoo_name);
+    INFO(entry.path().filename().string());
+    REQUIRE(zoo != nullptr);
+    Diagnostics d;
+    Model m = import(entry.path().filename().string(), d);
+    CHECK(m.layers == zoo->layers);
+    CHECK(m.hidden_size == zoo->hidden_size);
+    CHECK(m.vocab_size == zoo->vocab_size);
+    CHECK(m.max_context == zoo->max_context);
+    CHECK(m.tie_word_embeddings == zoo->tie_word_embeddings);
+    CHECK(m.dtype == zoo->dtype);
+    CHECK(m.weight_dtype == zoo->weight_dtype);
+    CHECK(m.attention.kind == zoo->attention.kind);
+    CHECK(m.attention.heads == zoo->attention.heads);
+    CHECK(m.attention.kv_heads == zoo->attention.kv_heads);
+    CHECK(m.attention.head_dim == zoo->attention.head_dim);
+    CHECK(m.attention.v_head_dim == zoo->attention.v_head_dim);
+    CHECK(m.attention.mla.q_lora_rank == zoo->attention.mla.q_lora_rank);
+    CHECK(m.attention.mla.kv_lora_rank == zoo->attention.mla.kv_lora_rank);
+    CHECK(m.attention.mla.qk_rope_head_dim == zoo->attention.mla.qk_rope_head_dim);
+    CHECK(m.mlp.kind == zoo->mlp.kind);
+    CHECK(m.layer_types == zoo->layer_types);
+    CHECK(m.sliding_window == zoo->sliding_window);
+    CHECK(m.mtp_layers == zoo->mtp_layers);
+    REQUIRE(m.moe.has_value() == zoo->moe.has_value());
+    if (m.moe) {
+      CHECK(m.moe->routed_experts == zoo->moe->routed_experts);
+      CHECK(m.moe->shared_experts == zoo->moe->shared_experts);
+      CHECK(m.moe->experts_per_token == zoo->moe->experts_per_token);
+      CHECK(m.moe->expert_intermediate_size == zoo->moe->expert_intermediate_size);
+      CHECK(m.moe->shared_expert_intermediate_size == zoo->moe->shared_expert_intermediate_size);
+      CHECK(m.moe->first_dense_layers == zoo->moe->first_dense_layers);
+    } else {
+      CHECK(m.mlp.intermediate_size == zoo->mlp.intermediate_size);
+    }
+    REQUIRE(m.linear_state.has_value() == zoo->linear_state.has_value());
+    if (m.linear_state) {
+      CHECK(m.linear_state->elements == zoo->linear_state->elements);
+      CHECK(m.linear_state->dtype == zoo->linear_state->dtype);
+    }
+    CHECK(kv_per_token(m) == kv_per_token(*zoo));
+    ++checked;
+  }
+  CHECK(checked >= 26);
+}
+
+TEST_CASE("ambiguous configs say which reading was taken", "[hf]") {
+  Diagnostics qwen;
+  Model q = import("qwen2.5-7b.json", qwen);
+  CHECK(q.sliding_window == 0);
+  CHECK(mentions(qwen, "sliding_window 131072 is ignored because use_sliding_window is false"));
+
+  Diagnostics gemma2;
+  Model g = import("gemma-2-9b.json", gemma2);
+  CHECK(g.layer_types[0] == LayerType::sliding);
+  CHECK(g.layer_types[1] == LayerType::full);
+  CHECK(mentions(gemma2, "even layers slide"));
+  CHECK(mentions(gemma2, "torch_dtype is float32: taking bf16"));
+
+  Diagnostics gemma3;
+  Model g3 = import("gemma-3-27b.json", gemma3);
+  CHECK(g3.name == "gemma-3-27b");
+  CHECK(mentions(gemma3, "text_config"));
+
+  Diagnostics oss;
+  (void)import("gpt-oss-120b.json", oss);
+  CHECK(mentions(oss, "no torch_dtype"));
+}
+
+TEST_CASE("Falcon's legacy and current spellings agree", "[hf]") {
+  Diagnostics d;
+  CHECK(import("falcon-7b.rw.json", d).attention.kind == AttentionKind::mqa);
+  Model f40 = import("falcon-40b.rw.json", d);
+  CHECK(f40.attention.kind == AttentionKind::gqa);
+  CHECK(f40.attention.kv_heads == 8);
+}
+
+TEST_CASE("config.json is told from kvcalc YAML by content", "[hf]") {
+  Diagnostics d;
+  Model m = parse_model_document(R"({"model_type": "llama", "num_hidden_layers": 2,
+    "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"})",
+                                 "x/tiny-llama/config.json", d);
+  CHECK(m.name == "tiny-llama");
+  CHECK(m.attention.kind == AttentionKind::gqa);
+  CHECK(m.attention.head_dim == 16);
+  CHECK_THROWS_WITH(parse_model_document("{\"foo\": 1}", "f.json", d),
+                    Catch::Contains("neither a kvcalc model"));
+}
+
+TEST_CASE("config errors are located in the config", "[hf][errors]") {
+  Diagnostics d;
+  CHECK_THROWS_WITH(parse_hf_config(R"({"model_type": "llama",
+  "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 6,
+  "num_key_value_heads": 4, "intermediate_size": 128, "vocab_size": 100})",
+                                    "c.json", d),
+                    Catch::StartsWith("c.json:2:69: config has no head_dim and hidden_size (64) "
+                                      "is not a multiple of num_attention_heads (6)"));
+  CHECK_THROWS_WITH(parse_hf_config(R"({"model_type": "llama", "hidden_size": 64})", "c.json", d),
+                    Catch::Contains("c.json:1:1: config has no 'num_hidden_layers'"));
+  CHECK_THROWS_WITH(parse_hf_config(R"({"model_type": "llama", "num_hidden_layers": 2.5})",
+                                    "c.json", d),
+                    Catch::Contains("c.json:1:46: 'num_hidden_layers' must be a whole number"));
+}

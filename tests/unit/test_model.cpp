@@ -1,0 +1,145 @@
+#include <catch2/catch.hpp>
+
+#include <kvcalc/model/loader.hpp>
+#include <kvcalc/model/registry.hpp>
+
+using namespace kvcalc;
+
+namespace {
+
+const char* k_llama_like = R"(name: tiny
+source: test
+layers: 4
+hidden_size: 256
+vocab_size: 1000
+attention:
+  kind: gqa
+  heads: 8
+  kv_heads: 2
+mlp:
+  intermediate_size: 512
+)";
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+} // namespace
+
+TEST_CASE("a minimal model takes its defaults", "[model]") {
+  Model m = parse_model_yaml(k_llama_like, "tiny.yaml");
+  CHECK(m.display_name == "tiny");
+  CHECK(m.dtype == DType::bf16);
+  CHECK(m.attention.kind == AttentionKind::gqa);
+  CHECK(m.attention.head_dim == 32); // hidden 256 / 8 heads
+  CHECK(m.attention.v_head_dim == 32);
+  CHECK(m.mlp.kind == MlpKind::gated);
+  CHECK(m.layer_types == std::vector<LayerType>(4, LayerType::full));
+  CHECK(attention_label(m) == "gqa");
+}
+
+TEST_CASE("layer patterns expand cyclically", "[model][pattern]") {
+  using enum LayerType;
+  CHECK(expand_layer_pattern("alternating", 4) == std::vector<LayerType>{sliding, full, sliding, full});
+  CHECK(expand_layer_pattern("sliding", 2) == std::vector<LayerType>{sliding, sliding});
+  // Gemma 3: 5 local then 1 global, cut at the end (62 layers -> 10 global).
+  auto gemma3 = expand_layer_pattern("5:1", 62);
+  CHECK(std::count(gemma3.begin(), gemma3.end(), full) == 10);
+  CHECK(gemma3[5] == full);
+  CHECK(gemma3[61] == sliding);
+  CHECK(expand_layer_pattern("linear*3, full", 8) ==
+        std::vector<LayerType>{linear, linear, linear, full, linear, linear, linear, full});
+  CHECK_THROWS_WITH(expand_layer_pattern("sliding, globl", 4),
+                    Catch::Contains("unknown layer type 'globl'"));
+  CHECK_THROWS_AS(expand_layer_pattern("0:1", 4), InputError);
+  CHECK_THROWS_AS(expand_layer_pattern("", 4), InputError);
+}
+
+TEST_CASE("layer patterns describe themselves as the shortest cycle", "[model][pattern]") {
+  using enum LayerType;
+  CHECK(describe_layer_pattern(std::vector<LayerType>(3, full)) == std::string{});
+  CHECK(describe_layer_pattern(expand_layer_pattern("alternating", 42)) == "sliding, full");
+  CHECK(describe_layer_pattern(expand_layer_pattern("5:1", 62)) == "sliding*5, full");
+  CHECK(describe_layer_pattern(std::vector<LayerType>(5, sliding)) == "sliding");
+  CHECK(describe_layer_pattern({sliding, full, full, sliding, full}) == std::nullopt);
+}
+
+TEST_CASE("errors carry file:line:col", "[model][errors]") {
+  auto error_of = [](const std::string& text) -> std::string {
+    try {
+      (void)parse_model_yaml(text, "m.yaml");
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(error_of(replace(k_llama_like, "  kv_heads: 2", "  kv_head: 2")) ==
+        "m.yaml:9:3: unknown key 'kv_head'; did you mean 'kv_heads'?");
+  CHECK(error_of(replace(k_llama_like, "  kv_heads: 2", "  kv_heads: 3")) ==
+        "m.yaml:9:13: heads (8) must be a multiple of kv_heads (3)");
+  CHECK(error_of(replace(k_llama_like, "heads: 8", "heads: 0")) ==
+        "m.yaml:8:10: 'attention.heads' must be at least 1 (query heads)");
+  CHECK(error_of(replace(k_llama_like, "layers: 4", "layers: -4")) ==
+        "m.yaml:3:9: 'layers' must not be negative, got -4");
+  CHECK(error_of(replace(k_llama_like, "layers: 4", "layers: four")) ==
+        "m.yaml:3:9: 'layers' must be a whole number, got 'four'");
+  CHECK(error_of(replace(k_llama_like, "layers: 4\n", "")) ==
+        "m.yaml:1:1: missing required key 'layers' (the number of transformer layers)");
+  CHECK(error_of(replace(k_llama_like, "layers: 4", "layers: 99999999999999999999")) ==
+        "m.yaml:3:9: 'layers' = 99999999999999999999 does not fit in 64 bits");
+  CHECK(error_of(replace(k_llama_like, "  kind: gqa", "  kind: mla")) ==
+        "m.yaml:9:13: 'kv_heads' does not apply to kind mla: its key width is qk_nope_head_dim + "
+        "qk_rope_head_dim and every head reads the shared latent");
+  CHECK(error_of(std::string(k_llama_like) + "sliding_window: 0\n") ==
+        "m.yaml:12:17: 'sliding_window' must be at least 1 token");
+  CHECK(error_of(std::string(k_llama_like) + "layer_pattern: alternating\n") ==
+        "m.yaml:12:16: some layers slide but 'sliding_window' (tokens) is not set");
+  CHECK(error_of("name: [x\n") .starts_with("m.yaml:2:1: syntax error"));
+}
+
+TEST_CASE("sizes that overflow 64 bits are located errors", "[model][errors]") {
+  std::string text = replace(k_llama_like, "  kv_heads: 2", "  kv_heads: 2\n  head_dim: 9223372036854775807");
+  CHECK_THROWS_WITH(parse_model_yaml(text, "m.yaml"),
+                    Catch::StartsWith("m.yaml:7:3:") && Catch::Contains("does not fit in 64 bits"));
+}
+
+TEST_CASE("every bundled model parses, validates and round-trips through import YAML",
+          "[model][zoo]") {
+  REQUIRE(builtin_models().size() >= 24);
+  for (const Model& m : builtin_models()) {
+    INFO(m.name);
+    CHECK(!m.source.empty());
+    Model back = parse_model_yaml(model_to_yaml(m), "roundtrip.yaml");
+    CHECK(back.name == m.name);
+    CHECK(back.aliases == m.aliases);
+    CHECK(back.layers == m.layers);
+    CHECK(back.attention.kind == m.attention.kind);
+    CHECK(back.attention.kv_heads == m.attention.kv_heads);
+    CHECK(back.attention.head_dim == m.attention.head_dim);
+    CHECK(back.attention.v_head_dim == m.attention.v_head_dim);
+    CHECK(back.attention.mla.kv_lora_rank == m.attention.mla.kv_lora_rank);
+    CHECK(back.attention.mla.q_lora_rank == m.attention.mla.q_lora_rank);
+    CHECK(back.layer_types == m.layer_types);
+    CHECK(back.sliding_window == m.sliding_window);
+    CHECK(back.moe.has_value() == m.moe.has_value());
+    CHECK(back.mlp.intermediate_size == m.mlp.intermediate_size);
+    CHECK(back.dtype == m.dtype);
+    CHECK(back.weight_dtype == m.weight_dtype);
+    CHECK(back.tie_word_embeddings == m.tie_word_embeddings);
+    CHECK(back.mtp_layers == m.mtp_layers);
+  }
+}
+
+TEST_CASE("the registry finds names and aliases in any case and suggests near misses",
+          "[model][registry]") {
+  Diagnostics d;
+  CHECK(load_model("DeepSeek-R1", d).name == "deepseek-v3");
+  CHECK(find_builtin_model("LLAMA-3.1-8B") != nullptr);
+  CHECK_THROWS_WITH(load_model("deepseek-v4", d),
+                    Catch::Contains("unknown model 'deepseek-v4'; did you mean 'deepseek-v2' or "
+                                    "'deepseek-v3'?"));
+  CHECK_THROWS_WITH(load_model("no/such/file.yaml", d),
+                    Catch::Contains("cannot open model file 'no/such/file.yaml'"));
+}

@@ -1,0 +1,60 @@
+#include <catch2/catch.hpp>
+
+#include <kvcalc/report/json.hpp>
+#include <kvcalc/report/table.hpp>
+
+using namespace kvcalc;
+
+TEST_CASE("human bytes keep the unit and four significant digits", "[report]") {
+  CHECK(human_bytes(512, ByteUnits::iec) == "512 B");
+  CHECK(human_bytes(287834112, ByteUnits::iec) == "274.5 MiB");
+  CHECK(human_bytes(287834112, ByteUnits::si) == "287.8 MB");
+  CHECK(human_bytes(343597383680ULL, ByteUnits::iec) == "320.0 GiB");
+  CHECK(human_bytes(343597383680ULL, ByteUnits::si) == "343.6 GB");
+  // The LLaMA-7B cross-check: 544 tokens x 524,288 B = 285.2 MB.
+  CHECK(human_bytes(544ULL * 524288ULL, ByteUnits::si) == "285.2 MB");
+  CHECK(human_bytes(UINT64_MAX, ByteUnits::iec) == "16.00 EiB");
+}
+
+TEST_CASE("cells format by unit", "[report]") {
+  CHECK(format_cell(Cell::bytes_exact(70272), ByteUnits::iec) == "70,272 B");
+  CHECK(format_cell(Cell::count(131072), ByteUnits::iec) == "131,072");
+  CHECK(format_cell(Cell::percent(-0.875), ByteUnits::iec) == "-87.5%");
+  CHECK(format_cell(Cell::percent(0.25), ByteUnits::iec) == "+25.0%");
+  CHECK(format_cell(Cell::ratio(28.444), ByteUnits::iec) == "28.4x");
+  CHECK(format_cell(Cell::empty(), ByteUnits::iec) == "-");
+}
+
+TEST_CASE("text tables align numbers right and text left", "[report]") {
+  Table t;
+  t.title = "title";
+  t.columns = {{"name", "name"}, {"bytes", "bytes"}};
+  t.rows = {{Cell::text("a"), Cell::bytes_exact(5)}, {Cell::text("longer"), Cell::bytes_exact(70272)}};
+  CHECK(render_text({t}, ByteUnits::iec) == "title\n"
+                                            "  name       bytes\n"
+                                            "  a            5 B\n"
+                                            "  longer  70,272 B\n");
+  CHECK(render_markdown({t}, ByteUnits::iec) == "**title**\n\n"
+                                                "| name | bytes |\n"
+                                                "| --- | ---: |\n"
+                                                "| a | 5 B |\n"
+                                                "| longer | 70,272 B |\n");
+}
+
+TEST_CASE("CSV carries exact raw values and quotes when needed", "[report]") {
+  Table t;
+  t.columns = {{"name", "name"}, {"kv", "kv_bytes"}, {"r", "ratio"}};
+  t.rows = {{Cell::text("a,b"), Cell::bytes(18446744073709551615ULL), Cell::ratio(0.125)}};
+  CHECK(render_csv(t) == "name,kv_bytes,ratio\n\"a,b\",18446744073709551615,0.125\n");
+}
+
+TEST_CASE("JSON keeps key order and exact integers", "[report]") {
+  Json j = Json::object();
+  j["z"] = 1;
+  j["a"] = std::uint64_t{18446744073709551615ULL};
+  j["s"] = "quote \" and \\ and \n";
+  j["list"].push_back(0.5);
+  j["list"].push_back(Json());
+  CHECK(j.dump(0) == R"({"z":1,"a":18446744073709551615,"s":"quote \" and \\ and \n","list":[0.5,null]})");
+  CHECK(Json::array().dump() == "[]");
+}
