@@ -23,7 +23,7 @@ struct CacheOptions {
   std::string kv_scale;       ///< empty: the dtype's default
   std::string kv_scale_dtype; ///< empty: the dtype's default
   std::string mla_cache = "latent";
-  std::string block_size;     ///< empty: no paging
+  std::string block_size; ///< empty: no paging
 };
 
 struct FootprintArgs {

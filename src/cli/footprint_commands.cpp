@@ -157,11 +157,11 @@ void footprint_tables(const Entry& e, std::vector<Table>& tables) {
   tables.push_back(std::move(layers));
 
   Table contexts;
-  contexts.columns = {{"context", "context"}, {"tokens", "tokens"}, {"KV bytes", "kv_bytes"},
-                      {"KV", "kv"}};
+  contexts.columns = {
+      {"context", "context"}, {"tokens", "tokens"}, {"KV bytes", "kv_bytes"}, {"KV", "kv"}};
   if (f.block_size) {
-    contexts.columns.push_back({"paged KV (block " + group_digits(f.block_size) + ")",
-                                "paged_kv_bytes"});
+    contexts.columns.push_back(
+        {"paged KV (block " + group_digits(f.block_size) + ")", "paged_kv_bytes"});
     contexts.columns.push_back({"waste", "paging_waste_bytes"});
   }
   for (const auto& c : f.contexts) {
@@ -219,7 +219,9 @@ Table flat_table(const std::vector<Entry>& entries, const Entry* baseline) {
   return t;
 }
 
-double ratio(u64 a, u64 b) { return static_cast<double>(a) / static_cast<double>(b); }
+double ratio(u64 a, u64 b) {
+  return static_cast<double>(a) / static_cast<double>(b);
+}
 
 Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
   Table t;
@@ -263,12 +265,11 @@ Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
         e.footprint.bytes_per_token == 0) {
       continue;
     }
-    t.notes.push_back(e.model.name + " stores " +
-                      factor(e.footprint.bytes_per_token_per_layer,
-                             base.footprint.bytes_per_token_per_layer) +
-                      " than " + base.model.name + " per layer, " +
-                      factor(e.footprint.bytes_per_token, base.footprint.bytes_per_token) +
-                      " per token");
+    t.notes.push_back(
+        e.model.name + " stores " +
+        factor(e.footprint.bytes_per_token_per_layer, base.footprint.bytes_per_token_per_layer) +
+        " than " + base.model.name + " per layer, " +
+        factor(e.footprint.bytes_per_token, base.footprint.bytes_per_token) + " per token");
   }
   return t;
 }

@@ -17,10 +17,14 @@ int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& /*err*/)
   Rendered r;
   r.json = json_header("models");
   Table t;
-  t.columns = {{"name", "name"},           {"attention", "attention"},
-               {"layers", "layers"},       {"heads", "heads"},
-               {"kv heads", "kv_heads"},   {"KV dtype", "kv_dtype"},
-               {"KV/token", "kv_bytes_per_token"}, {"max context", "max_context"},
+  t.columns = {{"name", "name"},
+               {"attention", "attention"},
+               {"layers", "layers"},
+               {"heads", "heads"},
+               {"kv heads", "kv_heads"},
+               {"KV dtype", "kv_dtype"},
+               {"KV/token", "kv_bytes_per_token"},
+               {"max context", "max_context"},
                {"aliases", "aliases"}};
   Json models = Json::array();
   for (const Model& m : builtin_models()) {
@@ -35,13 +39,12 @@ int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& /*err*/)
     if (attention == "hybrid") {
       attention += " " + std::string(attention_kind_name(m.attention.kind));
     }
-    t.rows.push_back({Cell::text(m.name), Cell::text(attention), Cell::count(m.layers),
-                      Cell::count(m.attention.heads),
-                      mla ? Cell::text("latent") : Cell::count(m.attention.kv_heads),
-                      Cell::text(std::string(dtype_name(f.format.dtype))),
-                      Cell::bytes_exact(f.bytes_per_token),
-                      m.max_context ? Cell::count(m.max_context) : Cell::empty(),
-                      Cell::text(aliases)});
+    t.rows.push_back(
+        {Cell::text(m.name), Cell::text(attention), Cell::count(m.layers),
+         Cell::count(m.attention.heads),
+         mla ? Cell::text("latent") : Cell::count(m.attention.kv_heads),
+         Cell::text(std::string(dtype_name(f.format.dtype))), Cell::bytes_exact(f.bytes_per_token),
+         m.max_context ? Cell::count(m.max_context) : Cell::empty(), Cell::text(aliases)});
     Json mj = Json::object();
     mj["name"] = m.name;
     mj["display_name"] = m.display_name;
@@ -79,8 +82,7 @@ int run_import(const ImportArgs& args, std::ostream& out, std::ostream& err) {
   }
   warn(err, diagnostics.warnings);
   std::string yaml = "# Written by `kvcalc import " + args.config + "` (kvcalc " +
-                     std::string(version()) + "); see docs/model-format.md.\n" +
-                     model_to_yaml(m);
+                     std::string(version()) + "); see docs/model-format.md.\n" + model_to_yaml(m);
   if (args.file.empty()) {
     out << yaml;
     return 0;

@@ -18,10 +18,10 @@ struct DTypeInfo {
 };
 
 constexpr std::array k_dtypes{
-    DTypeInfo{DType::fp32, "fp32", 32},         DTypeInfo{DType::fp16, "fp16", 16},
-    DTypeInfo{DType::bf16, "bf16", 16},         DTypeInfo{DType::fp8_e4m3, "fp8_e4m3", 8},
-    DTypeInfo{DType::fp8_e5m2, "fp8_e5m2", 8},  DTypeInfo{DType::int8, "int8", 8},
-    DTypeInfo{DType::int4, "int4", 4},          DTypeInfo{DType::nvfp4, "nvfp4", 4},
+    DTypeInfo{DType::fp32, "fp32", 32},        DTypeInfo{DType::fp16, "fp16", 16},
+    DTypeInfo{DType::bf16, "bf16", 16},        DTypeInfo{DType::fp8_e4m3, "fp8_e4m3", 8},
+    DTypeInfo{DType::fp8_e5m2, "fp8_e5m2", 8}, DTypeInfo{DType::int8, "int8", 8},
+    DTypeInfo{DType::int4, "int4", 4},         DTypeInfo{DType::nvfp4, "nvfp4", 4},
     DTypeInfo{DType::mxfp4, "mxfp4", 4},
 };
 
@@ -32,10 +32,10 @@ struct Alias {
 
 // Spellings seen in HF configs (torch_dtype) and in engine flags (vLLM --kv-cache-dtype).
 constexpr std::array k_aliases{
-    Alias{"float32", DType::fp32},     Alias{"float", DType::fp32},
-    Alias{"float16", DType::fp16},     Alias{"half", DType::fp16},
-    Alias{"bfloat16", DType::bf16},    Alias{"fp8", DType::fp8_e4m3},
-    Alias{"e4m3", DType::fp8_e4m3},    Alias{"fp8_e4m3fn", DType::fp8_e4m3},
+    Alias{"float32", DType::fp32},           Alias{"float", DType::fp32},
+    Alias{"float16", DType::fp16},           Alias{"half", DType::fp16},
+    Alias{"bfloat16", DType::bf16},          Alias{"fp8", DType::fp8_e4m3},
+    Alias{"e4m3", DType::fp8_e4m3},          Alias{"fp8_e4m3fn", DType::fp8_e4m3},
     Alias{"float8_e4m3fn", DType::fp8_e4m3}, Alias{"e5m2", DType::fp8_e5m2},
     Alias{"float8_e5m2", DType::fp8_e5m2},   Alias{"fp4", DType::nvfp4},
 };
@@ -47,9 +47,13 @@ const DTypeInfo& info(DType t) {
 
 } // namespace
 
-unsigned dtype_bits(DType t) { return info(t).bits; }
+unsigned dtype_bits(DType t) {
+  return info(t).bits;
+}
 
-std::string_view dtype_name(DType t) { return info(t).name; }
+std::string_view dtype_name(DType t) {
+  return info(t).name;
+}
 
 u64 dtype_storage_bytes(DType t, u64 elements) {
   return ceil_div(checked_mul(elements, dtype_bits(t), "element bits"), 8);

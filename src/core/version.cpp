@@ -2,8 +2,12 @@
 
 namespace kvcalc {
 
-std::string_view version() { return KVCALC_VERSION; }
+std::string_view version() {
+  return KVCALC_VERSION;
+}
 
-bool built_with_cuda() { return KVCALC_WITH_CUDA != 0; }
+bool built_with_cuda() {
+  return KVCALC_WITH_CUDA != 0;
+}
 
 } // namespace kvcalc

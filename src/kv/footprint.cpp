@@ -8,9 +8,12 @@ namespace kvcalc {
 
 namespace {
 
-std::string g(u64 v) { return group_digits(v); }
+std::string g(u64 v) {
+  return group_digits(v);
+}
 
-/// "128 × 1 B (fp8_e4m3) + 1 × 4 B scale" — one stored vector, for the derivation.
+/// "128 × 1 B (fp8_e4m3) + 1 × 4 B scale" — one stored vector, for the
+/// derivation.
 std::string vector_terms(const CacheFormat& f, u64 elements) {
   std::string out;
   unsigned bits = dtype_bits(f.dtype);
@@ -24,6 +27,7 @@ std::string vector_terms(const CacheFormat& f, u64 elements) {
   if (scales > 0) {
     out += " + " + g(scales) + " × " + std::to_string(dtype_bits(f.scale.dtype) / 8) + " B (" +
            std::string(dtype_name(f.scale.dtype)) + " scale" + (scales > 1 ? "s" : "") + ")";
+    out = "(" + out + ")";
   }
   return out;
 }
@@ -37,8 +41,8 @@ u64 per_layer_rate(const Model& m, const CacheFormat& f, std::vector<std::string
     }
   };
   if (f.mla && f.mla_format == MlaCacheFormat::fp8_ds_mla) {
-    // FlashMLA's fp8 MLA layout: fp8 latent, one fp32 scale per 128 latent values, and the RoPE
-    // part kept in bf16 (docs/formulas.md, "fp8_ds_mla").
+    // FlashMLA's fp8 MLA layout: fp8 latent, one fp32 scale per 128 latent
+    // values, and the RoPE part kept in bf16 (docs/formulas.md, "fp8_ds_mla").
     u64 d_c = a.mla.kv_lora_rank;
     u64 d_r = a.mla.qk_rope_head_dim;
     u64 bytes = checked_add(checked_add(d_c, checked_mul(d_c / 128, 4)), checked_mul(d_r, 2));
@@ -50,16 +54,17 @@ u64 per_layer_rate(const Model& m, const CacheFormat& f, std::vector<std::string
   if (f.mla && f.mla_format == MlaCacheFormat::latent) {
     u64 width = checked_add(a.mla.kv_lora_rank, a.mla.qk_rope_head_dim);
     u64 bytes = vector_bytes(f, width);
-    say("per layer per token (MLA latent, one stream, no factor 2): (kv_lora_rank " +
-        g(a.mla.kv_lora_rank) + " + qk_rope_head_dim " + g(a.mla.qk_rope_head_dim) + ") = " +
-        vector_terms(f, width) + " = " + g(bytes) + " B");
+    say("per layer per token (MLA latent, one stream, no factor 2): "
+        "(kv_lora_rank " +
+        g(a.mla.kv_lora_rank) + " + qk_rope_head_dim " + g(a.mla.qk_rope_head_dim) +
+        ") = " + vector_terms(f, width) + " = " + g(bytes) + " B");
     return bytes;
   }
   u64 k = vector_bytes(f, a.head_dim);
   u64 v = vector_bytes(f, a.v_head_dim);
   u64 bytes = checked_mul(a.kv_heads, checked_add(k, v), "KV bytes per token per layer");
-  std::string heads = f.mla ? "heads " + g(a.kv_heads) + " (MLA expanded)"
-                            : "kv_heads " + g(a.kv_heads);
+  std::string heads =
+      f.mla ? "heads " + g(a.kv_heads) + " (MLA expanded)" : "kv_heads " + g(a.kv_heads);
   if (k == v) {
     say("per layer per token: " + heads + " × 2 (K and V) × " + vector_terms(f, a.head_dim) +
         " = " + g(bytes) + " B");
@@ -71,6 +76,57 @@ u64 per_layer_rate(const Model& m, const CacheFormat& f, std::vector<std::string
         " + V: v_head_dim → " + vector_terms(f, a.v_head_dim) + ") = " + g(bytes) + " B");
   }
   return bytes;
+}
+
+/// One sequence of `tokens` tokens over the layer groups of `out`, with its
+/// derivation lines.
+ContextFootprint context_footprint(const Footprint& out, u64 tokens, u64 block_size,
+                                   std::vector<std::string>& why) {
+  ContextFootprint c;
+  c.tokens = tokens;
+  std::string terms;
+  std::string paged_terms;
+  for (const auto& group : out.groups) {
+    u64 held = 0;
+    u64 bytes = 0;
+    u64 paged = 0;
+    if (group.type == LayerType::linear) {
+      bytes = checked_mul(group.state_bytes_per_layer, group.layers, "state bytes");
+      paged = bytes;
+      terms += (terms.empty() ? "" : " + ") + g(group.layers) + " linear × " +
+               g(group.state_bytes_per_layer) + " B";
+    } else {
+      held = group.type == LayerType::sliding ? std::min(tokens, group.window) : tokens;
+      u64 per_token = checked_mul(group.layers, group.bytes_per_token_per_layer, "KV bytes");
+      bytes = checked_mul(held, per_token, "KV bytes at this context");
+      u64 paged_tokens = held;
+      if (block_size > 0) {
+        paged_tokens = checked_mul(ceil_div(held, block_size), block_size, "paged tokens");
+      }
+      paged = checked_mul(paged_tokens, per_token, "paged KV bytes");
+      terms += (terms.empty() ? "" : " + ") + g(group.layers) + " " +
+               std::string(layer_type_name(group.type)) + " × " +
+               g(group.bytes_per_token_per_layer) + " B × " + g(held) + " tokens";
+      if (group.type == LayerType::sliding && held < tokens) {
+        terms += " (window)";
+      }
+      if (block_size > 0) {
+        paged_terms += (paged_terms.empty() ? "" : " + ") + g(group.layers) + " × " +
+                       g(group.bytes_per_token_per_layer) + " B × " + g(paged_tokens);
+      }
+    }
+    c.group_kv_bytes.push_back(bytes);
+    c.kv_bytes = checked_add(c.kv_bytes, bytes, "KV bytes at this context");
+    c.paged_kv_bytes = checked_add(c.paged_kv_bytes, paged, "paged KV bytes");
+  }
+  why.push_back("at " + g(tokens) + " tokens: " + terms + " = " + g(c.kv_bytes) + " B");
+  if (block_size > 0) {
+    why.push_back("  paged in blocks of " + g(block_size) +
+                  " tokens: " + (paged_terms.empty() ? "no paged layers" : paged_terms) +
+                  (out.state_bytes_per_sequence ? " + state" : "") + " = " + g(c.paged_kv_bytes) +
+                  " B, waste " + g(c.paged_kv_bytes - c.kv_bytes) + " B");
+  }
+  return c;
 }
 
 } // namespace
@@ -95,14 +151,13 @@ Footprint compute_footprint(const Model& m, const FootprintOptions& options) {
     }
     LayerGroup group{type, count, 0, 0, 0};
     if (type == LayerType::linear) {
-      group.state_bytes_per_layer = dtype_storage_bytes(m.linear_state->dtype,
-                                                        m.linear_state->elements);
+      group.state_bytes_per_layer =
+          dtype_storage_bytes(m.linear_state->dtype, m.linear_state->elements);
       u64 total = checked_mul(group.state_bytes_per_layer, count, "state bytes per sequence");
       out.state_bytes_per_sequence = total;
-      why.push_back("linear layers: " + g(count) + " × state " +
-                    g(m.linear_state->elements) + " elements × " +
-                    std::to_string(dtype_bits(m.linear_state->dtype)) + " bit = " + g(total) +
-                    " B per sequence, whatever the context");
+      why.push_back("linear layers: " + g(count) + " × state " + g(m.linear_state->elements) +
+                    " elements × " + std::to_string(dtype_bits(m.linear_state->dtype)) +
+                    " bit = " + g(total) + " B per sequence, whatever the context");
     } else {
       group.bytes_per_token_per_layer = out.bytes_per_token_per_layer;
       group.window = type == LayerType::sliding ? m.sliding_window : 0;
@@ -126,56 +181,17 @@ Footprint compute_footprint(const Model& m, const FootprintOptions& options) {
   }
 
   for (u64 tokens : options.contexts) {
-    ContextFootprint c;
-    c.tokens = tokens;
-    std::string terms;
-    std::string paged_terms;
-    for (const auto& group : out.groups) {
-      u64 held = 0;
-      u64 bytes = 0;
-      u64 paged = 0;
-      if (group.type == LayerType::linear) {
-        bytes = checked_mul(group.state_bytes_per_layer, group.layers, "state bytes");
-        paged = bytes;
-        terms += (terms.empty() ? "" : " + ") + g(group.layers) + " linear × " +
-                 g(group.state_bytes_per_layer) + " B";
-      } else {
-        held = group.type == LayerType::sliding ? std::min(tokens, group.window) : tokens;
-        u64 per_token = checked_mul(group.layers, group.bytes_per_token_per_layer, "KV bytes");
-        bytes = checked_mul(held, per_token, "KV bytes at this context");
-        u64 paged_tokens = held;
-        if (options.block_size > 0) {
-          paged_tokens = checked_mul(ceil_div(held, options.block_size), options.block_size,
-                                     "paged tokens");
-        }
-        paged = checked_mul(paged_tokens, per_token, "paged KV bytes");
-        terms += (terms.empty() ? "" : " + ") + g(group.layers) + " " +
-                 std::string(layer_type_name(group.type)) + " × " +
-                 g(group.bytes_per_token_per_layer) + " B × " + g(held) + " tokens";
-        if (group.type == LayerType::sliding && held < tokens) {
-          terms += " (window)";
-        }
-        if (options.block_size > 0) {
-          paged_terms += (paged_terms.empty() ? "" : " + ") + g(group.layers) + " × " +
-                         g(group.bytes_per_token_per_layer) + " B × " + g(paged_tokens);
-        }
-      }
-      c.group_kv_bytes.push_back(bytes);
-      c.kv_bytes = checked_add(c.kv_bytes, bytes, "KV bytes at this context");
-      c.paged_kv_bytes = checked_add(c.paged_kv_bytes, paged, "paged KV bytes");
-    }
-    why.push_back("at " + g(tokens) + " tokens: " + terms + " = " + g(c.kv_bytes) + " B");
-    if (options.block_size > 0) {
-      why.push_back("  paged in blocks of " + g(options.block_size) + " tokens: " +
-                    (paged_terms.empty() ? "no paged layers" : paged_terms) +
-                    (out.state_bytes_per_sequence ? " + state" : "") + " = " +
-                    g(c.paged_kv_bytes) + " B, waste " + g(c.paged_kv_bytes - c.kv_bytes) + " B");
+    try {
+      out.contexts.push_back(context_footprint(out, tokens, options.block_size, why));
+    } catch (const OverflowError&) {
+      throw OverflowError(m.name + ": the KV cache of one sequence of " + g(tokens) +
+                          " tokens does not fit in 64 bits (over 16 EiB); use a smaller "
+                          "--context");
     }
     if (m.max_context != 0 && tokens > m.max_context) {
       out.notes.push_back(m.name + ": context " + g(tokens) + " exceeds its max_context of " +
                           g(m.max_context) + " tokens");
     }
-    out.contexts.push_back(std::move(c));
   }
   return out;
 }

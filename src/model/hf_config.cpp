@@ -11,6 +11,8 @@
 #include <initializer_list>
 #include <map>
 
+#include <kvcalc/core/units.hpp>
+
 #include "yaml_support.hpp"
 
 namespace kvcalc {
@@ -38,13 +40,13 @@ constexpr std::array k_type_defaults{
 
 /// Model types whose MLP is up/down with no gate.
 constexpr std::array<std::string_view, 10> k_plain_mlp{
-    "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode", "gpt2",
-    "gpt_neox", "gptj",     "opt",             "bloom",       "phi"};
+    "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode", "gpt2", "gpt_neox",
+    "gptj",   "opt",        "bloom",           "phi"};
 
 /// Model types whose transformers config class ties embeddings by default.
 constexpr std::array<std::string_view, 11> k_tied_by_default{
-    "gemma",  "gemma2",     "gemma3",          "gemma3_text", "gpt_bigcode",        "falcon",
-    "RefinedWeb", "RefinedWebModel", "gpt2", "minicpm3", "MiniCPM3ForCausalLM"};
+    "gemma",      "gemma2",          "gemma3", "gemma3_text", "gpt_bigcode",        "falcon",
+    "RefinedWeb", "RefinedWebModel", "gpt2",   "minicpm3",    "MiniCPM3ForCausalLM"};
 
 template <std::size_t N>
 bool contains(const std::array<std::string_view, N>& list, std::string_view value) {
@@ -111,7 +113,8 @@ public:
     return hit ? hit->first->flag(hit->second) : std::nullopt;
   }
 
-  [[nodiscard]] std::optional<std::string> text(std::initializer_list<std::string_view> keys) const {
+  [[nodiscard]] std::optional<std::string>
+  text(std::initializer_list<std::string_view> keys) const {
     auto hit = find(keys);
     return hit ? hit->first->text(hit->second) : std::nullopt;
   }
@@ -218,8 +221,8 @@ void read_layer_types(const ConfigView& c, Model& m, Diagnostics& diag) {
       throw InputError(c.scopes().front().where("full_attention_interval"),
                        "full_attention_interval must be at least 1");
     }
-    m.layer_types = expand_layer_pattern(
-        "linear*" + std::to_string(*interval - 1) + ", full", m.layers);
+    m.layer_types =
+        expand_layer_pattern("linear*" + std::to_string(*interval - 1) + ", full", m.layers);
     if (*interval == 1) {
       m.layer_types.assign(m.layers, LayerType::full);
     }
@@ -249,7 +252,8 @@ void read_layer_types(const ConfigView& c, Model& m, Diagnostics& diag) {
   }
   if (type == "gemma2") {
     diag.warnings.push_back("gemma2 config without layer_types: even layers slide (window " +
-                            std::to_string(*window) + "), odd layers are global, as in "
+                            std::to_string(*window) +
+                            "), odd layers are global, as in "
                             "transformers' Gemma2");
     m.layer_types = expand_layer_pattern("alternating", m.layers);
     return;
@@ -296,16 +300,15 @@ void read_linear_state(const ConfigView& c, Model& m) {
   u64 recurrent = checked_mul(checked_mul(*value_heads, *key_dim), *value_dim);
   u64 conv_width = checked_add(checked_mul(2, checked_mul(*key_heads, *key_dim)),
                                checked_mul(*value_heads, *value_dim));
-  m.linear_state = LinearState{checked_add(recurrent, checked_mul(conv_width, *kernel - 1)),
-                               m.dtype};
+  m.linear_state =
+      LinearState{checked_add(recurrent, checked_mul(conv_width, *kernel - 1)), m.dtype};
 }
 
 } // namespace
 
 Model parse_hf_config(const std::string& text, const std::string& file, Diagnostics& diag) {
   YAML::Node root = detail::parse_yaml(text, file);
-  auto locations =
-      std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
+  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
   MapReader top(root, "", locations);
   std::vector<MapReader> scopes;
   if (auto text_config = top.map("text_config")) {
@@ -323,13 +326,13 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   }
   if (model_type.empty()) {
     // Some remote-code configs omit model_type; the architecture class names the family.
-    if (YAML::Node arch = root["architectures"]; arch.IsSequence() && arch.size() > 0 &&
-                                                 arch[0].IsScalar()) {
+    if (YAML::Node arch = root["architectures"];
+        arch.IsSequence() && arch.size() > 0 && arch[0].IsScalar()) {
       model_type = arch[0].Scalar();
     }
-    diag.warnings.push_back("config has no model_type: reading it as " +
-                            (model_type.empty() ? std::string("a generic decoder")
-                                                : "'" + model_type + "'"));
+    diag.warnings.push_back(
+        "config has no model_type: reading it as " +
+        (model_type.empty() ? std::string("a generic decoder") : "'" + model_type + "'"));
   }
   ConfigView c(scopes, locations, model_type, file);
 
@@ -349,7 +352,8 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
                                 "a float32 cache)");
       }
     } catch (const InputError&) {
-      diag.warnings.push_back("torch_dtype '" + *dtype + "' is not a dtype kvcalc knows: "
+      diag.warnings.push_back("torch_dtype '" + *dtype +
+                              "' is not a dtype kvcalc knows: "
                               "taking bf16");
     }
   } else {
@@ -368,10 +372,10 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
     }
   }
 
-  m.layers = c.required({"num_hidden_layers", "n_layer", "num_layers"}, "layers",
-                        "the number of layers");
-  m.hidden_size = c.required({"hidden_size", "n_embd", "d_model"}, "hidden_size",
-                             "the model width");
+  m.layers =
+      c.required({"num_hidden_layers", "n_layer", "num_layers"}, "layers", "the number of layers");
+  m.hidden_size =
+      c.required({"hidden_size", "n_embd", "d_model"}, "hidden_size", "the model width");
   m.vocab_size = c.required({"vocab_size"}, "vocab_size", "the vocabulary size");
   m.max_context =
       c.count({"max_position_embeddings", "n_positions", "seq_length"}, "max_context").value_or(0);
@@ -382,14 +386,14 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   }
 
   Attention& a = m.attention;
-  a.heads = c.required({"num_attention_heads", "n_head", "num_heads"}, "attention.heads",
-                       "query heads");
+  a.heads =
+      c.required({"num_attention_heads", "n_head", "num_heads"}, "attention.heads", "query heads");
   if (c.count({"kv_lora_rank"}, "attention.kv_lora_rank")) {
     a.kind = AttentionKind::mla;
     a.mla.kv_lora_rank = *c.count({"kv_lora_rank"}, "attention.kv_lora_rank");
     a.mla.q_lora_rank = c.count({"q_lora_rank"}, "attention.q_lora_rank").value_or(0);
-    a.mla.qk_rope_head_dim = c.required({"qk_rope_head_dim"}, "attention.qk_rope_head_dim",
-                                        "MLA decoupled RoPE width");
+    a.mla.qk_rope_head_dim =
+        c.required({"qk_rope_head_dim"}, "attention.qk_rope_head_dim", "MLA decoupled RoPE width");
     a.mla.qk_nope_head_dim = c.required({"qk_nope_head_dim"}, "attention.qk_nope_head_dim",
                                         "MLA per-head non-RoPE width");
     if (auto v = c.count({"v_head_dim"}, "attention.v_head_dim")) {
@@ -410,8 +414,7 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
       // decoder architecture; "RefinedWebModel" (Falcon-7B) the old one.
       bool new_arch = c.flag({"new_decoder_architecture"}).value_or(model_type == "RefinedWeb");
       if (new_arch) {
-        a.kv_heads =
-            c.count({"num_kv_heads", "n_head_kv"}, "attention.kv_heads").value_or(a.heads);
+        a.kv_heads = c.count({"num_kv_heads", "n_head_kv"}, "attention.kv_heads").value_or(a.heads);
       } else if (c.flag({"multi_query"}).value_or(true)) {
         a.kv_heads = 1;
       } else {
@@ -446,14 +449,14 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   }
 
   m.mlp.kind = contains(k_plain_mlp, model_type) ? MlpKind::plain : MlpKind::gated;
-  auto routed = c.count({"n_routed_experts", "num_local_experts", "num_experts"},
-                        "moe.routed_experts");
+  auto routed =
+      c.count({"n_routed_experts", "num_local_experts", "num_experts"}, "moe.routed_experts");
   if (routed && *routed > 0) {
     Moe e;
     e.routed_experts = *routed;
-    e.experts_per_token = c.required({"num_experts_per_tok", "experts_per_token",
-                                      "num_experts_per_token", "moe_topk"},
-                                     "moe.experts_per_token", "experts each token is routed to");
+    e.experts_per_token = c.required(
+        {"num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk"},
+        "moe.experts_per_token", "experts each token is routed to");
     if (auto expert = c.count({"moe_intermediate_size"}, "moe.expert_intermediate_size")) {
       e.expert_intermediate_size = *expert;
       m.mlp.intermediate_size = c.count({"intermediate_size"}, "mlp.intermediate_size").value_or(0);
@@ -478,8 +481,8 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
     }
     m.moe = e;
   } else {
-    auto width = c.count({"intermediate_size", "n_inner", "ffn_hidden_size"},
-                         "mlp.intermediate_size");
+    auto width =
+        c.count({"intermediate_size", "n_inner", "ffn_hidden_size"}, "mlp.intermediate_size");
     m.mlp.intermediate_size = width && *width > 0 ? *width : checked_mul(4, m.hidden_size);
     if (!width || *width == 0) {
       diag.warnings.push_back("config has no MLP width: taking 4 × hidden_size = " +
@@ -490,10 +493,9 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   read_layer_types(c, m, diag);
   read_linear_state(c, m);
   if (m.linear_state) {
-    diag.warnings.push_back("linear-attention state (" + std::to_string(m.linear_state->elements) +
+    diag.warnings.push_back("linear-attention state (" + group_digits(m.linear_state->elements) +
                             " elements per layer) stored in " +
-                            std::string(dtype_name(m.linear_state->dtype)) +
-                            ", the model dtype");
+                            std::string(dtype_name(m.linear_state->dtype)) + ", the model dtype");
   }
   m.mtp_layers = c.count({"num_nextn_predict_layers"}, "mtp_layers").value_or(0);
 
@@ -501,8 +503,7 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   return m;
 }
 
-Model parse_model_document(const std::string& text, const std::string& file,
-                           Diagnostics& diag) {
+Model parse_model_document(const std::string& text, const std::string& file, Diagnostics& diag) {
   YAML::Node root = detail::parse_yaml(text, file);
   if (!root.IsMap()) {
     throw InputError(detail::location_of(root, file),

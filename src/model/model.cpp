@@ -74,9 +74,9 @@ LayerType parse_layer_type(std::string_view word, std::string_view pattern) {
 }
 
 u64 parse_small_count(std::string_view digits, std::string_view pattern) {
-  if (digits.empty() || digits.size() > 6 ||
-      !std::all_of(digits.begin(), digits.end(),
-                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; })) {
+  if (digits.empty() || digits.size() > 6 || !std::all_of(digits.begin(), digits.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c)) != 0;
+      })) {
     bad_pattern(pattern, "'" + std::string(digits) + "' is not a repeat count");
   }
   u64 n = std::stoull(std::string(digits));
@@ -178,10 +178,10 @@ void validate_model(const Model& m, const Locator& where) {
     fail("name", "'name' must not be empty");
   }
   for (char c : m.name) {
-    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
-          c == '-' || c == '.' || c == '_')) {
-      fail("name", "'name' may use only lowercase letters, digits, '-', '.' and '_'; got '" +
-                       m.name + "'");
+    if (!(std::islower(static_cast<unsigned char>(c)) ||
+          std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_')) {
+      fail("name",
+           "'name' may use only lowercase letters, digits, '-', '.' and '_'; got '" + m.name + "'");
     }
   }
   positive("layers", m.layers, "the number of transformer layers");
@@ -200,8 +200,8 @@ void validate_model(const Model& m, const Locator& where) {
     break;
   case AttentionKind::mqa:
     if (a.kv_heads != 1) {
-      fail("attention.kv_heads", "kind mqa has exactly 1 KV head, got " +
-                                     std::to_string(a.kv_heads) + "; use kind gqa");
+      fail("attention.kv_heads",
+           "kind mqa has exactly 1 KV head, got " + std::to_string(a.kv_heads) + "; use kind gqa");
     }
     break;
   case AttentionKind::gqa:
@@ -218,7 +218,8 @@ void validate_model(const Model& m, const Locator& where) {
              "the decoupled RoPE width d_R; MLA needs it");
     positive("attention.qk_nope_head_dim", a.mla.qk_nope_head_dim,
              "the per-head non-RoPE width d_nope; MLA needs it");
-    positive("attention.v_head_dim", a.mla.v_head_dim, "the per-head value width d_v; MLA needs it");
+    positive("attention.v_head_dim", a.mla.v_head_dim,
+             "the per-head value width d_v; MLA needs it");
     break;
   }
   positive("attention.head_dim", a.head_dim, "the key width per head");
@@ -260,8 +261,7 @@ void validate_model(const Model& m, const Locator& where) {
                                         std::to_string(e.routed_experts) + ")");
     }
     if (e.first_dense_layers > m.layers) {
-      fail("moe.first_dense_layers", "first_dense_layers (" +
-                                         std::to_string(e.first_dense_layers) +
+      fail("moe.first_dense_layers", "first_dense_layers (" + std::to_string(e.first_dense_layers) +
                                          ") exceeds layers (" + std::to_string(m.layers) + ")");
     }
     if (e.first_dense_layers > 0) {
@@ -275,12 +275,10 @@ void validate_model(const Model& m, const Locator& where) {
   // The widest cache kvcalc can be asked for (fp32, expanded MLA, every layer) must fit in 64
   // bits per token, so no later product of these sizes silently wraps.
   try {
-    u64 per_layer = checked_mul(
-        checked_mul(a.kv_heads, checked_add(a.head_dim, a.v_head_dim)), 4);
+    u64 per_layer = checked_mul(checked_mul(a.kv_heads, checked_add(a.head_dim, a.v_head_dim)), 4);
     if (a.kind == AttentionKind::mla) {
-      per_layer = checked_add(per_layer, checked_mul(checked_add(a.mla.kv_lora_rank,
-                                                                 a.mla.qk_rope_head_dim),
-                                                     4));
+      per_layer = checked_add(
+          per_layer, checked_mul(checked_add(a.mla.kv_lora_rank, a.mla.qk_rope_head_dim), 4));
     }
     (void)checked_mul(per_layer, m.layers);
     if (m.linear_state) {

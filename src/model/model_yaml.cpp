@@ -63,8 +63,8 @@ Attention read_attention(const MapReader& r, u64 hidden_size) {
     a.v_head_dim = a.mla.v_head_dim;
     return a;
   }
-  for (std::string_view key : {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                               "qk_rope_head_dim"}) {
+  for (std::string_view key :
+       {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim"}) {
     if (r.has(key)) {
       r.fail(key, "'" + std::string(key) + "' applies only to kind mla");
     }
@@ -136,8 +136,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   if (!root.IsDefined() || root.IsNull()) {
     throw InputError(SourceLocation{file, 0, 0}, "the model file is empty");
   }
-  auto locations =
-      std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
+  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
   MapReader r(root, "", locations);
   r.allow_only({"name", "display_name", "aliases", "source", "dtype", "weight_dtype", "layers",
                 "hidden_size", "vocab_size", "max_context", "tie_word_embeddings", "attention",

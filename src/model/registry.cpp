@@ -68,9 +68,8 @@ Model load_model(std::string_view spec, Diagnostics& diagnostics) {
   if (const Model* m = find_builtin_model(spec)) {
     return *m;
   }
-  bool looks_like_path = spec.find('/') != std::string_view::npos ||
-                         spec.ends_with(".yaml") || spec.ends_with(".yml") ||
-                         spec.ends_with(".json");
+  bool looks_like_path = spec.find('/') != std::string_view::npos || spec.ends_with(".yaml") ||
+                         spec.ends_with(".yml") || spec.ends_with(".json");
   if (looks_like_path) {
     throw InputError("cannot open model file '" + path + "': no such file");
   }

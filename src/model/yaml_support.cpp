@@ -98,7 +98,9 @@ bool MapReader::has(std::string_view key) const {
   return n.IsDefined() && !n.IsNull();
 }
 
-YAML::Node MapReader::node(std::string_view key) const { return m_map[std::string(key)]; }
+YAML::Node MapReader::node(std::string_view key) const {
+  return m_map[std::string(key)];
+}
 
 SourceLocation MapReader::where(std::string_view key) const {
   YAML::Node n = node(key);
@@ -127,8 +129,9 @@ std::optional<u64> MapReader::count(std::string_view key) const {
     fail(key, "'" + name + "' must not be negative, got " + s);
   }
   // JSON writers sometimes emit integral floats ("4096.0"); accept only those.
-  if (auto dot = digits.find('.'); dot != std::string_view::npos &&
-                                   digits.find_first_not_of('0', dot + 1) == std::string_view::npos) {
+  if (auto dot = digits.find('.');
+      dot != std::string_view::npos &&
+      digits.find_first_not_of('0', dot + 1) == std::string_view::npos) {
     digits = digits.substr(0, dot);
   }
   if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) {

@@ -27,7 +27,8 @@ SourceLocation location_of(const YAML::Node& node, const std::string& file);
 /// Where each key path of one document was found, for located validation errors.
 class LocationMap {
 public:
-  LocationMap(std::string file, SourceLocation root) : m_file(std::move(file)), m_root(std::move(root)) {}
+  LocationMap(std::string file, SourceLocation root)
+      : m_file(std::move(file)), m_root(std::move(root)) {}
   void add(std::string path, SourceLocation where) { m_where[std::move(path)] = std::move(where); }
   /// The key's location, else its nearest recorded parent's, else the document's.
   [[nodiscard]] SourceLocation find(std::string_view path) const;

@@ -40,7 +40,9 @@ std::string significant(double v, int digits) {
   return fmt::format("{:.{}f}", v, decimals);
 }
 
-bool numeric(const Cell& c) { return c.unit != Unit::text; }
+bool numeric(const Cell& c) {
+  return c.unit != Unit::text;
+}
 
 } // namespace
 
@@ -170,7 +172,9 @@ std::string render_markdown(const std::vector<Table>& tables, ByteUnits units) {
       std::string rule = "|";
       for (std::size_t c = 0; c < t.columns.size(); ++c) {
         header += " " + escape(t.columns[c].header) + " |";
-        bool is_numeric = !t.rows.empty() && numeric(t.rows[0][c]);
+        bool is_numeric =
+            std::any_of(t.rows.begin(), t.rows.end(),
+                        [&](const std::vector<Cell>& row) { return numeric(row[c]); });
         rule += is_numeric ? " ---: |" : " --- |";
       }
       out += header + '\n' + rule + '\n';

@@ -11,9 +11,9 @@
 //   ...
 
 #include <cerrno>
-#include <fcntl.h>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <iostream>
 #include <poll.h>
@@ -174,8 +174,9 @@ void show_difference(const std::string& what, const std::string& expected,
       break;
     }
     if (!has_e || !has_a || el != al) {
-      std::cerr << what << " differs at line " << line << ":\n  expected: "
-                << (has_e ? el : "<end>") << "\n  actual:   " << (has_a ? al : "<end>") << '\n';
+      std::cerr << what << " differs at line " << line
+                << ":\n  expected: " << (has_e ? el : "<end>")
+                << "\n  actual:   " << (has_a ? al : "<end>") << '\n';
       break;
     }
     ++line;
@@ -199,7 +200,8 @@ int main(int argc, char** argv) {
     if (update != nullptr && std::string(update) == "1") {
       std::ofstream out(path);
       out << c.header << "args:" << c.args << "\nexit: " << r.exit_code << "\n--- stdout\n"
-          << r.out << "--- stderr\n" << r.err;
+          << r.out << "--- stderr\n"
+          << r.err;
       std::cout << "updated " << path << '\n';
       return 0;
     }

@@ -24,9 +24,9 @@ TEST_CASE("bad token counts are input errors that say what is expected", "[core]
     INFO(bad);
     CHECK_THROWS_AS(parse_count_list(bad, "--context"), InputError);
   }
-  CHECK_THROWS_WITH(parse_count("-1", "--context"),
-                    Catch::Contains("--context '-1'") && Catch::Contains("negative") &&
-                        Catch::Contains("128k (= 131,072)"));
+  CHECK_THROWS_WITH(parse_count("-1", "--context"), Catch::Contains("--context '-1'") &&
+                                                        Catch::Contains("negative") &&
+                                                        Catch::Contains("128k (= 131,072)"));
 }
 
 TEST_CASE("digit grouping", "[core][units]") {

@@ -199,32 +199,32 @@ TEST_CASE("huge contexts are exact or refused, never wrapped", "[footprint][over
 // models/ without a line here fails this test.
 TEST_CASE("every bundled model matches its hand derivation", "[footprint][zoo]") {
   const std::map<std::string, u64> expected{
-      {"deepseek-v2", 60 * 576 * 2},            // MLA latent
-      {"deepseek-v2-lite", 27 * 576 * 2},       // MLA latent
-      {"deepseek-v3", 61 * 576 * 2},            // MLA latent
-      {"falcon-40b", 60 * 2 * 8 * 64 * 2},      // GQA-8, head 64
-      {"falcon-7b", 32 * 2 * 1 * 64 * 2},       // MQA, head 64
-      {"gemma-2-27b", 46 * 2 * 16 * 128 * 2},   // full rate, half the layers slide
-      {"gemma-2-9b", 42 * 2 * 8 * 256 * 2},     // head_dim 256 != 3584 / 16
-      {"gemma-3-27b", 62 * 2 * 16 * 128 * 2},   // 5 local : 1 global
-      {"gpt-oss-120b", 36 * 2 * 8 * 64 * 2},    // head_dim 64, alternating 128-token window
-      {"kimi-k2", 61 * 576 * 2},                // MLA latent, 64 heads
-      {"llama-1-65b", 80 * 2 * 64 * 128 * 2},   // MHA
-      {"llama-2-13b", 40 * 2 * 40 * 128 * 2},   // MHA
-      {"llama-2-70b", 80 * 2 * 8 * 128 * 2},    // GQA-8
-      {"llama-2-7b", 32 * 2 * 32 * 128 * 2},    // MHA
+      {"deepseek-v2", 60 * 576 * 2},          // MLA latent
+      {"deepseek-v2-lite", 27 * 576 * 2},     // MLA latent
+      {"deepseek-v3", 61 * 576 * 2},          // MLA latent
+      {"falcon-40b", 60 * 2 * 8 * 64 * 2},    // GQA-8, head 64
+      {"falcon-7b", 32 * 2 * 1 * 64 * 2},     // MQA, head 64
+      {"gemma-2-27b", 46 * 2 * 16 * 128 * 2}, // full rate, half the layers slide
+      {"gemma-2-9b", 42 * 2 * 8 * 256 * 2},   // head_dim 256 != 3584 / 16
+      {"gemma-3-27b", 62 * 2 * 16 * 128 * 2}, // 5 local : 1 global
+      {"gpt-oss-120b", 36 * 2 * 8 * 64 * 2},  // head_dim 64, alternating 128-token window
+      {"kimi-k2", 61 * 576 * 2},              // MLA latent, 64 heads
+      {"llama-1-65b", 80 * 2 * 64 * 128 * 2}, // MHA
+      {"llama-2-13b", 40 * 2 * 40 * 128 * 2}, // MHA
+      {"llama-2-70b", 80 * 2 * 8 * 128 * 2},  // GQA-8
+      {"llama-2-7b", 32 * 2 * 32 * 128 * 2},  // MHA
       {"llama-3.1-405b", 126 * 2 * 8 * 128 * 2},
       {"llama-3.1-70b", 80 * 2 * 8 * 128 * 2},
       {"llama-3.1-8b", 32 * 2 * 8 * 128 * 2},
-      {"minicpm3-4b", 62 * (256 + 32) * 2},     // MLA latent, d_c 256, d_R 32
+      {"minicpm3-4b", 62 * (256 + 32) * 2}, // MLA latent, d_c 256, d_R 32
       {"mistral-7b-v0.1", 32 * 2 * 8 * 128 * 2},
       {"mixtral-8x7b", 32 * 2 * 8 * 128 * 2},
       {"qwen2.5-72b", 80 * 2 * 8 * 128 * 2},
       {"qwen2.5-7b", 28 * 2 * 4 * 128 * 2},
       {"qwen3-235b-a22b", 94 * 2 * 4 * 128 * 2},
-      {"qwen3-32b", 64 * 2 * 8 * 128 * 2},      // head_dim 128 != 5120 / 64
+      {"qwen3-32b", 64 * 2 * 8 * 128 * 2},          // head_dim 128 != 5120 / 64
       {"qwen3-next-80b-a3b", 12 * 2 * 2 * 256 * 2}, // only the 12 full layers
-      {"starcoder", 40 * 2 * 1 * 128 * 2},      // MQA
+      {"starcoder", 40 * 2 * 1 * 128 * 2},          // MQA
   };
   CHECK(builtin_models().size() == expected.size());
   for (const Model& m : builtin_models()) {

@@ -25,7 +25,9 @@ Model import(const std::string& file, Diagnostics& d) {
   return parse_hf_config(slurp(k_fixtures / file), file, d);
 }
 
-u64 kv_per_token(const Model& m) { return compute_footprint(m, {}).bytes_per_token; }
+u64 kv_per_token(const Model& m) {
+  return compute_footprint(m, {}).bytes_per_token;
+}
 
 bool mentions(const Diagnostics& d, const std::string& text) {
   return std::any_of(d.warnings.begin(), d.warnings.end(),
@@ -144,7 +146,7 @@ TEST_CASE("config errors are located in the config", "[hf][errors]") {
                                       "is not a multiple of num_attention_heads (6)"));
   CHECK_THROWS_WITH(parse_hf_config(R"({"model_type": "llama", "hidden_size": 64})", "c.json", d),
                     Catch::Contains("c.json:1:1: config has no 'num_hidden_layers'"));
-  CHECK_THROWS_WITH(parse_hf_config(R"({"model_type": "llama", "num_hidden_layers": 2.5})",
-                                    "c.json", d),
-                    Catch::Contains("c.json:1:46: 'num_hidden_layers' must be a whole number"));
+  CHECK_THROWS_WITH(
+      parse_hf_config(R"({"model_type": "llama", "num_hidden_layers": 2.5})", "c.json", d),
+      Catch::Contains("c.json:1:46: 'num_hidden_layers' must be a whole number"));
 }

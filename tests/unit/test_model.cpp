@@ -42,7 +42,8 @@ TEST_CASE("a minimal model takes its defaults", "[model]") {
 
 TEST_CASE("layer patterns expand cyclically", "[model][pattern]") {
   using enum LayerType;
-  CHECK(expand_layer_pattern("alternating", 4) == std::vector<LayerType>{sliding, full, sliding, full});
+  CHECK(expand_layer_pattern("alternating", 4) ==
+        std::vector<LayerType>{sliding, full, sliding, full});
   CHECK(expand_layer_pattern("sliding", 2) == std::vector<LayerType>{sliding, sliding});
   // Gemma 3: 5 local then 1 global, cut at the end (62 layers -> 10 global).
   auto gemma3 = expand_layer_pattern("5:1", 62);
@@ -96,11 +97,12 @@ TEST_CASE("errors carry file:line:col", "[model][errors]") {
         "m.yaml:12:17: 'sliding_window' must be at least 1 token");
   CHECK(error_of(std::string(k_llama_like) + "layer_pattern: alternating\n") ==
         "m.yaml:12:16: some layers slide but 'sliding_window' (tokens) is not set");
-  CHECK(error_of("name: [x\n") .starts_with("m.yaml:2:1: syntax error"));
+  CHECK(error_of("name: [x\n").starts_with("m.yaml:2:1: syntax error"));
 }
 
 TEST_CASE("sizes that overflow 64 bits are located errors", "[model][errors]") {
-  std::string text = replace(k_llama_like, "  kv_heads: 2", "  kv_heads: 2\n  head_dim: 9223372036854775807");
+  std::string text =
+      replace(k_llama_like, "  kv_heads: 2", "  kv_heads: 2\n  head_dim: 9223372036854775807");
   CHECK_THROWS_WITH(parse_model_yaml(text, "m.yaml"),
                     Catch::StartsWith("m.yaml:7:3:") && Catch::Contains("does not fit in 64 bits"));
 }

@@ -29,7 +29,8 @@ TEST_CASE("text tables align numbers right and text left", "[report]") {
   Table t;
   t.title = "title";
   t.columns = {{"name", "name"}, {"bytes", "bytes"}};
-  t.rows = {{Cell::text("a"), Cell::bytes_exact(5)}, {Cell::text("longer"), Cell::bytes_exact(70272)}};
+  t.rows = {{Cell::text("a"), Cell::bytes_exact(5)},
+            {Cell::text("longer"), Cell::bytes_exact(70272)}};
   CHECK(render_text({t}, ByteUnits::iec) == "title\n"
                                             "  name       bytes\n"
                                             "  a            5 B\n"
@@ -55,6 +56,7 @@ TEST_CASE("JSON keeps key order and exact integers", "[report]") {
   j["s"] = "quote \" and \\ and \n";
   j["list"].push_back(0.5);
   j["list"].push_back(Json());
-  CHECK(j.dump(0) == R"({"z":1,"a":18446744073709551615,"s":"quote \" and \\ and \n","list":[0.5,null]})");
+  CHECK(j.dump(0) ==
+        R"({"z":1,"a":18446744073709551615,"s":"quote \" and \\ and \n","list":[0.5,null]})");
   CHECK(Json::array().dump() == "[]");
 }

@@ -32,6 +32,8 @@ inline u64 checked_add(u64 a, u64 b, std::string_view what = "size") {
 }
 
 /// ⌈a / b⌉ for b > 0, without the overflow of (a + b − 1) / b.
-constexpr u64 ceil_div(u64 a, u64 b) { return a / b + (a % b != 0 ? 1 : 0); }
+constexpr u64 ceil_div(u64 a, u64 b) {
+  return a / b + (a % b != 0 ? 1 : 0);
+}
 
 } // namespace kvcalc

@@ -20,8 +20,8 @@ enum class ScaleGranularity {
 
 struct ScaleSpec {
   ScaleGranularity granularity = ScaleGranularity::none;
-  u64 group = 0;                 ///< elements per scale, for per_group
-  DType dtype = DType::fp32;     ///< element type of each scale
+  u64 group = 0;             ///< elements per scale, for per_group
+  DType dtype = DType::fp32; ///< element type of each scale
 };
 
 enum class MlaCacheFormat {
@@ -43,7 +43,7 @@ struct CacheRequest {
 struct CacheFormat {
   DType dtype = DType::bf16;
   ScaleSpec scale;
-  bool mla = false;                              ///< the model is MLA
+  bool mla = false; ///< the model is MLA
   MlaCacheFormat mla_format = MlaCacheFormat::latent;
 };
 

@@ -27,9 +27,9 @@ struct LayerGroup {
 
 struct ContextFootprint {
   u64 tokens = 0;
-  u64 kv_bytes = 0;                 ///< true bytes of one sequence at this length
-  u64 paged_kv_bytes = 0;           ///< with every layer's tokens rounded up to whole blocks
-  std::vector<u64> group_kv_bytes;  ///< true bytes per LayerGroup, same order
+  u64 kv_bytes = 0;                ///< true bytes of one sequence at this length
+  u64 paged_kv_bytes = 0;          ///< with every layer's tokens rounded up to whole blocks
+  std::vector<u64> group_kv_bytes; ///< true bytes per LayerGroup, same order
 };
 
 struct Footprint {

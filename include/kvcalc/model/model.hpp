@@ -70,9 +70,9 @@ struct Model {
   std::string name;         ///< registry key, lowercase
   std::string display_name; ///< as the model's authors spell it
   std::vector<std::string> aliases;
-  std::string source; ///< where the numbers come from
-  DType dtype = DType::bf16;          ///< activation dtype; default KV cache dtype
-  std::optional<DType> weight_dtype;  ///< when the published checkpoint is quantized
+  std::string source;                ///< where the numbers come from
+  DType dtype = DType::bf16;         ///< activation dtype; default KV cache dtype
+  std::optional<DType> weight_dtype; ///< when the published checkpoint is quantized
   u64 layers = 0;
   u64 hidden_size = 0;
   u64 vocab_size = 0;
@@ -84,8 +84,8 @@ struct Model {
   u64 sliding_window = 0;             ///< tokens; 0 when no layer slides
   std::vector<LayerType> layer_types; ///< one per layer
   std::optional<LinearState> linear_state;
-  u64 mtp_layers = 0;          ///< multi-token-prediction layers beyond `layers`
-  std::optional<u64> params;   ///< parameter count override, when the formula misses the model
+  u64 mtp_layers = 0;        ///< multi-token-prediction layers beyond `layers`
+  std::optional<u64> params; ///< parameter count override, when the formula misses the model
 };
 
 [[nodiscard]] std::string_view attention_kind_name(AttentionKind k);
@@ -101,7 +101,8 @@ struct Model {
 
 /// The shortest cycle that reproduces `types` as expand_layer_pattern reads it ("sliding, full"),
 /// "" when every layer is full; empty optional when only an explicit list describes it.
-[[nodiscard]] std::optional<std::string> describe_layer_pattern(const std::vector<LayerType>& types);
+[[nodiscard]] std::optional<std::string>
+describe_layer_pattern(const std::vector<LayerType>& types);
 
 /// Maps a schema key path ("attention.heads") to where it was written; unknown paths may map
 /// to the file alone.

@@ -26,8 +26,16 @@ public:
   Json(std::string s) : m_value(std::move(s)) {}
   Json(std::string_view s) : m_value(std::string(s)) {}
 
-  [[nodiscard]] static Json array() { Json j; j.m_value = Array{}; return j; }
-  [[nodiscard]] static Json object() { Json j; j.m_value = Object{}; return j; }
+  [[nodiscard]] static Json array() {
+    Json j;
+    j.m_value = Array{};
+    return j;
+  }
+  [[nodiscard]] static Json object() {
+    Json j;
+    j.m_value = Object{};
+    return j;
+  }
 
   /// Object member, appended (as null) when missing. Turns a null value into an object.
   Json& operator[](const std::string& key);

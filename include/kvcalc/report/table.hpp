@@ -40,10 +40,10 @@ struct Column {
 };
 
 struct Table {
-  std::string title;                       ///< a line above the table; may be empty
+  std::string title; ///< a line above the table; may be empty
   std::vector<Column> columns;
   std::vector<std::vector<Cell>> rows;
-  std::vector<std::string> notes;          ///< lines below the table
+  std::vector<std::string> notes; ///< lines below the table
 };
 
 /// 287834112 → "274.5 MiB" (iec) or "287.8 MB" (si); below 1 KiB/kB: "512 B".
