@@ -81,8 +81,11 @@ int run_import(const ImportArgs& args, std::ostream& out, std::ostream& err) {
     validate_model(m, [](std::string_view) { return SourceLocation{"--name", 0, 0}; });
   }
   warn(err, diagnostics.warnings);
-  std::string yaml = "# Written by `kvcalc import " + args.config + "` (kvcalc " +
-                     std::string(version()) + "); see docs/model-format.md.\n" + model_to_yaml(m);
+  Footprint f = compute_footprint(m, {});
+  std::string yaml =
+      "# Written by `kvcalc import " + args.config + "` (kvcalc " + std::string(version()) +
+      "); see docs/model-format.md.\n# KV cache: " + group_digits(f.bytes_per_token) +
+      " B per token in " + describe(f.format) + "\n" + model_to_yaml(m);
   if (args.file.empty()) {
     out << yaml;
     return 0;
