@@ -212,7 +212,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
     state->allow_only({"elements", "dtype"});
     LinearState s;
     s.elements = state->required_count("elements", "state elements per layer per sequence");
-    s.dtype = located_dtype(*state, "dtype", DType::fp32);
+    s.dtype = located_dtype(*state, "dtype", m.dtype);
     m.linear_state = s;
   }
   m.mtp_layers = r.count("mtp_layers").value_or(0);

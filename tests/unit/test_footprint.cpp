@@ -83,6 +83,8 @@ TEST_CASE("DeepSeek-V3 in every MLA cache format", "[footprint][mla]") {
   expanded.mla_format = MlaCacheFormat::expanded;
   CHECK(fp(v3, {}, expanded).bytes_per_token_per_layer == 81920);
   CHECK(fp(v3, {}, expanded).bytes_per_token == 4997120);
+  // MiniCPM3 expanded, as HF and vLLM cache it: 62 x 40 x ((64 + 32) + 64) x 2 B = 793,600 B.
+  CHECK(fp(zoo("minicpm3-4b"), {}, expanded).bytes_per_token == 793600);
   // fp8 latent with a per-tensor scale: 61 x 576 x 1 B = 35,136 B.
   CHECK(fp(v3, {}, dtype(DType::fp8_e4m3)).bytes_per_token == 35136);
   // nvfp4 latent: 576 / 2 = 288 B + 36 fp8 scales (one per 16) = 324 B; x 61 = 19,764 B.

@@ -1,0 +1,102 @@
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <kvcalc/cli/app.hpp>
+#include <kvcalc/core/error.hpp>
+#include <kvcalc/core/version.hpp>
+#include <kvcalc/model/loader.hpp>
+#include <kvcalc/model/registry.hpp>
+
+using namespace kvcalc;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+Run cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "kvcalc");
+  std::vector<const char*> argv;
+  for (const auto& a : args) {
+    argv.push_back(a.c_str());
+  }
+  std::ostringstream out;
+  std::ostringstream err;
+  Run r;
+  r.code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::filesystem::path temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() / ("kvcalc-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+} // namespace
+
+TEST_CASE("import -o writes a YAML that loads back to the same footprint", "[cli]") {
+  auto dir = temp_dir();
+  auto yaml = dir / "my-model.yaml";
+  Run r = cli({"import", std::string(KVCALC_SOURCE_DIR) + "/tests/data/hf/gemma-2-9b.json", "-o",
+               yaml.string()});
+  CHECK(r.code == 0);
+  CHECK(r.out.empty());
+  CHECK(r.err.find("wrote " + yaml.string()) != std::string::npos);
+  Diagnostics d;
+  Model m = load_model(yaml.string(), d);
+  CHECK(d.warnings.empty());
+  const Model* zoo = find_builtin_model("gemma-2-9b");
+  REQUIRE(zoo != nullptr);
+  CHECK(m.layer_types == zoo->layer_types);
+  Run a = cli({"footprint", yaml.string(), "--format", "csv", "--context", "8k"});
+  Run b = cli({"footprint", "gemma-2-9b", "--format", "csv", "--context", "8k"});
+  // Same bytes; only the name column differs.
+  CHECK(a.out.substr(a.out.find(",hybrid")) == b.out.substr(b.out.find(",hybrid")));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("-o writes exactly what stdout would carry", "[cli]") {
+  auto dir = temp_dir();
+  auto file = dir / "out.json";
+  Run to_file = cli({"compare", "llama-3.1-8b", "deepseek-v3", "--format", "json", "-o",
+                     file.string()});
+  Run to_stdout = cli({"compare", "llama-3.1-8b", "deepseek-v3", "--format", "json"});
+  CHECK(to_file.out.empty());
+  CHECK(slurp(file) == to_stdout.out);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("--version says whether CUDA support is built in", "[cli]") {
+  Run r = cli({"--version"});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("kvcalc " + std::string(version())) == 0);
+  CHECK(r.out.find(built_with_cuda() ? "CUDA support: built in" : "CUDA support: not built") !=
+        std::string::npos);
+}
+
+TEST_CASE("usage errors are InputErrors with exit code 2", "[cli]") {
+  try {
+    (void)cli({"footprint"});
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::bad_input);
+    CHECK(std::string(e.what()).find("model is required") != std::string::npos);
+  }
+  CHECK_THROWS_AS(cli({"footprint", "llama-3.1-8b", "-o", "/nonexistent-dir/x.txt"}), Error);
+}
