@@ -71,7 +71,7 @@ TEST_CASE("import -o writes a YAML that loads back to the same footprint", "[cli
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("-o writes exactly what stdout would carry", "[cli]") {
+TEST_CASE("an output file holds exactly what stdout would carry", "[cli]") {
   auto dir = temp_dir();
   auto file = dir / "out.json";
   Run to_file = cli({"compare", "llama-3.1-8b", "deepseek-v3", "--format", "json", "-o",
@@ -82,7 +82,7 @@ TEST_CASE("-o writes exactly what stdout would carry", "[cli]") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("--version says whether CUDA support is built in", "[cli]") {
+TEST_CASE("the version line says whether CUDA support is built in", "[cli]") {
   Run r = cli({"--version"});
   CHECK(r.code == 0);
   CHECK(r.out.find("kvcalc " + std::string(version())) == 0);
