@@ -14,6 +14,8 @@ namespace {
                    "1M (= 1,048,576)");
 }
 
+} // namespace
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) {
     s.remove_prefix(1);
@@ -23,8 +25,6 @@ std::string_view trim(std::string_view s) {
   }
   return s;
 }
-
-} // namespace
 
 u64 parse_count(std::string_view raw, std::string_view what) {
   std::string_view text = trim(raw);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <kvcalc/core/spell.hpp>
+#include <kvcalc/core/units.hpp>
 
 namespace kvcalc {
 
@@ -41,16 +42,6 @@ std::string attention_label(const Model& m) {
 }
 
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
 
 const std::vector<std::string>& layer_type_words() {
   static const std::vector<std::string> words{"full", "sliding", "linear"};

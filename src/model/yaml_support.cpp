@@ -110,6 +110,13 @@ SourceLocation MapReader::where(std::string_view key) const {
   return location_of(m_map, m_locations->file());
 }
 
+void MapReader::missing(std::string_view key, std::string_view meaning) const {
+  std::string where_text = m_path.empty() ? "" : " in '" + m_path + "'";
+  throw InputError(location_of(m_map, m_locations->file()),
+                   "missing required key '" + std::string(key) + "'" + where_text + " (" +
+                       std::string(meaning) + ")");
+}
+
 void MapReader::fail(std::string_view key, const std::string& message) const {
   throw InputError(where(key), message);
 }
@@ -153,10 +160,7 @@ std::optional<u64> MapReader::count(std::string_view key) const {
 u64 MapReader::required_count(std::string_view key, std::string_view meaning) const {
   auto value = count(key);
   if (!value) {
-    std::string where_text = m_path.empty() ? "" : " in '" + m_path + "'";
-    throw InputError(location_of(m_map, m_locations->file()),
-                     "missing required key '" + std::string(key) + "'" + where_text + " (" +
-                         std::string(meaning) + ")");
+    missing(key, meaning);
   }
   return *value;
 }
@@ -175,10 +179,7 @@ std::optional<std::string> MapReader::text(std::string_view key) const {
 std::string MapReader::required_text(std::string_view key, std::string_view meaning) const {
   auto value = text(key);
   if (!value) {
-    std::string where_text = m_path.empty() ? "" : " in '" + m_path + "'";
-    throw InputError(location_of(m_map, m_locations->file()),
-                     "missing required key '" + std::string(key) + "'" + where_text + " (" +
-                         std::string(meaning) + ")");
+    missing(key, meaning);
   }
   return *value;
 }

@@ -67,6 +67,8 @@ public:
   [[nodiscard]] std::optional<MapReader> map(std::string_view key) const;
 
   [[noreturn]] void fail(std::string_view key, const std::string& message) const;
+  /// Reports `key` missing from this map; `meaning` explains the key.
+  [[noreturn]] void missing(std::string_view key, std::string_view meaning) const;
   [[nodiscard]] const std::shared_ptr<LocationMap>& locations() const { return m_locations; }
   [[nodiscard]] const YAML::Node& yaml() const { return m_map; }
 

@@ -18,6 +18,9 @@ namespace kvcalc {
 /// A comma-separated list of parse_count values, in the order given.
 [[nodiscard]] std::vector<u64> parse_count_list(std::string_view text, std::string_view what);
 
+/// `s` without leading and trailing whitespace.
+[[nodiscard]] std::string_view trim(std::string_view s);
+
 /// 70272 → "70,272".
 [[nodiscard]] std::string group_digits(u64 value);
 
