@@ -74,8 +74,8 @@ TEST_CASE("import -o writes a YAML that loads back to the same footprint", "[cli
 TEST_CASE("an output file holds exactly what stdout would carry", "[cli]") {
   auto dir = temp_dir();
   auto file = dir / "out.json";
-  Run to_file = cli({"compare", "llama-3.1-8b", "deepseek-v3", "--format", "json", "-o",
-                     file.string()});
+  Run to_file =
+      cli({"compare", "llama-3.1-8b", "deepseek-v3", "--format", "json", "-o", file.string()});
   Run to_stdout = cli({"compare", "llama-3.1-8b", "deepseek-v3", "--format", "json"});
   CHECK(to_file.out.empty());
   CHECK(slurp(file) == to_stdout.out);
