@@ -13,7 +13,7 @@
 
 #include <kvcalc/core/units.hpp>
 
-#include "yaml_support.hpp"
+#include "../core/yaml_support.hpp"
 
 namespace kvcalc {
 
@@ -304,6 +304,34 @@ void read_linear_state(const ConfigView& c, Model& m) {
       LinearState{checked_add(recurrent, checked_mul(conv_width, *kernel - 1)), m.dtype};
 }
 
+/// The terms that only the parameter count sees: biases, norms, sinks, position tables.
+void read_block_details(const ConfigView& c, Model& m) {
+  const std::string& type = c.model_type();
+  bool gpt_style = type == "gpt_bigcode" || type == "gpt2";
+  bool falcon = type == "falcon" || type == "RefinedWeb" || type == "RefinedWebModel";
+  if (gpt_style || falcon) {
+    m.norm = NormKind::layer;
+  }
+  if (type == "gemma2" || type == "gemma3" || type == "gemma3_text") {
+    m.norms_per_layer = 4;
+  }
+  if (falcon && !c.flag({"new_decoder_architecture"}).value_or(type == "RefinedWeb") &&
+      c.flag({"parallel_attn"}).value_or(true)) {
+    m.norms_per_layer = 1; // Falcon-7B: one LayerNorm feeds attention and MLP in parallel
+  }
+  m.learned_position_embeddings = gpt_style;
+  if (gpt_style || type == "gpt_oss" || c.flag({"attention_bias"}).value_or(false) ||
+      (falcon && c.flag({"bias"}).value_or(false))) {
+    m.attention.bias = AttentionBias::all;
+  } else if (type == "qwen2" || type == "qwen2_moe") {
+    m.attention.bias = AttentionBias::qkv;
+  }
+  m.attention.qk_norm = type == "qwen3" || type == "qwen3_moe" || type == "qwen3_next" ||
+                        type == "gemma3" || type == "gemma3_text";
+  m.attention.sinks = type == "gpt_oss";
+  m.mlp.bias = gpt_style || type == "gpt_oss" || c.flag({"mlp_bias"}).value_or(false);
+}
+
 } // namespace
 
 Model parse_hf_config(const std::string& text, const std::string& file, Diagnostics& diag) {
@@ -365,6 +393,7 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
       m.weight_dtype = DType::fp8_e4m3;
     } else if (method == "mxfp4") {
       m.weight_dtype = DType::mxfp4;
+      m.quantized_weights = QuantizedWeights::experts; // gpt-oss keeps attention in bf16
     } else {
       diag.warnings.push_back("quantization_config quant_method '" + method +
                               "' is not modelled: weights taken as " +
@@ -449,6 +478,7 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   }
 
   m.mlp.kind = contains(k_plain_mlp, model_type) ? MlpKind::plain : MlpKind::gated;
+  read_block_details(c, m);
   auto routed =
       c.count({"n_routed_experts", "num_local_experts", "num_experts"}, "moe.routed_experts");
   if (routed && *routed > 0) {
@@ -472,6 +502,11 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
       e.shared_expert_intermediate_size = *shared;
     }
     e.first_dense_layers = c.count({"first_k_dense_replace"}, "moe.first_dense_layers").value_or(0);
+    // DeepSeek-V3's noaux_tc routing adds a per-expert correction bias (transformers'
+    // DeepseekV3 router always has it); gpt-oss has a router bias.
+    e.router_bias = c.text({"topk_method"}).value_or("") == "noaux_tc" ||
+                    model_type == "deepseek_v3" || model_type == "kimi_k2" ||
+                    model_type == "gpt_oss";
     for (std::string_view key : {"moe_layer_freq", "decoder_sparse_step"}) {
       if (auto freq = c.count({key}, "moe"); freq && *freq > 1) {
         throw InputError(SourceLocation{file, 1, 1},

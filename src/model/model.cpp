@@ -176,6 +176,7 @@ void validate_model(const Model& m, const Locator& where) {
     }
   }
   positive("layers", m.layers, "the number of transformer layers");
+  positive("norms_per_layer", m.norms_per_layer, "norm layers in each transformer block");
   positive("hidden_size", m.hidden_size, "the model width");
   positive("vocab_size", m.vocab_size, "the vocabulary size");
 

@@ -6,7 +6,7 @@
 
 #include <kvcalc/core/spell.hpp>
 
-#include "yaml_support.hpp"
+#include "../core/yaml_support.hpp"
 
 namespace kvcalc {
 
@@ -26,25 +26,48 @@ DType located_dtype(const MapReader& r, std::string_view key, DType fallback) {
   }
 }
 
-AttentionKind parse_kind(const MapReader& r) {
-  std::string kind = r.required_text("kind", "mha, mqa, gqa or mla");
-  for (AttentionKind k :
-       {AttentionKind::mha, AttentionKind::mqa, AttentionKind::gqa, AttentionKind::mla}) {
-    if (kind == attention_kind_name(k)) {
-      return k;
+/// One of a fixed set of words; an unknown one is a located error with a did-you-mean.
+template <class E>
+E read_choice(const MapReader& r, std::string_view key,
+              std::initializer_list<std::pair<std::string_view, E>> choices,
+              std::optional<E> fallback) {
+  std::vector<std::string> names;
+  std::string list;
+  for (const auto& [name, value] : choices) {
+    names.emplace_back(name);
+    list += (list.empty() ? "" : ", ") + std::string(name);
+  }
+  auto text = fallback ? r.text(key) : std::optional(r.required_text(key, list));
+  if (!text) {
+    return *fallback;
+  }
+  for (const auto& [name, value] : choices) {
+    if (*text == name) {
+      return value;
     }
   }
-  static const std::vector<std::string> kinds{"mha", "mqa", "gqa", "mla"};
-  r.fail("kind", "unknown attention kind '" + kind + "'" + did_you_mean(kind, kinds) +
-                     " (one of: mha, mqa, gqa, mla)");
+  r.fail(key, "unknown " + r.path_of(key) + " '" + *text + "'" + did_you_mean(*text, names) +
+                  " (one of: " + list + ")");
 }
 
 Attention read_attention(const MapReader& r, u64 hidden_size) {
   r.allow_only({"kind", "heads", "kv_heads", "head_dim", "v_head_dim", "q_lora_rank",
-                "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim"});
+                "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "bias", "qk_norm",
+                "sinks"});
   Attention a;
-  a.kind = parse_kind(r);
+  a.kind = read_choice<AttentionKind>(r, "kind",
+                                      {{"mha", AttentionKind::mha},
+                                       {"mqa", AttentionKind::mqa},
+                                       {"gqa", AttentionKind::gqa},
+                                       {"mla", AttentionKind::mla}},
+                                      std::nullopt);
   a.heads = r.required_count("heads", "query heads");
+  a.bias = read_choice<AttentionBias>(
+      r, "bias",
+      {{"none", AttentionBias::none}, {"qkv", AttentionBias::qkv}, {"all", AttentionBias::all}},
+      AttentionBias::none);
+  a.qk_norm = r.flag("qk_norm").value_or(false);
+  a.sinks = r.flag("sinks").value_or(false);
   if (a.kind == AttentionKind::mla) {
     for (std::string_view key : {"kv_heads", "head_dim"}) {
       if (r.has(key)) {
@@ -138,10 +161,29 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   }
   auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
   MapReader r(root, "", locations);
-  r.allow_only({"name", "display_name", "aliases", "source", "dtype", "weight_dtype", "layers",
-                "hidden_size", "vocab_size", "max_context", "tie_word_embeddings", "attention",
-                "mlp", "moe", "sliding_window", "layer_pattern", "linear_state", "mtp_layers",
-                "params"});
+  r.allow_only({"name",
+                "display_name",
+                "aliases",
+                "source",
+                "dtype",
+                "weight_dtype",
+                "layers",
+                "hidden_size",
+                "vocab_size",
+                "max_context",
+                "tie_word_embeddings",
+                "attention",
+                "mlp",
+                "moe",
+                "sliding_window",
+                "layer_pattern",
+                "linear_state",
+                "mtp_layers",
+                "params",
+                "quantized_weights",
+                "learned_position_embeddings",
+                "norm",
+                "norms_per_layer"});
   Model m;
   m.name = r.required_text("name", "the registry key, e.g. llama-3.1-8b");
   m.display_name = r.text("display_name").value_or(m.name);
@@ -167,6 +209,14 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   m.vocab_size = r.required_count("vocab_size", "the vocabulary size");
   m.max_context = r.count("max_context").value_or(0);
   m.tie_word_embeddings = r.flag("tie_word_embeddings").value_or(false);
+  m.learned_position_embeddings = r.flag("learned_position_embeddings").value_or(false);
+  m.quantized_weights = read_choice<QuantizedWeights>(
+      r, "quantized_weights",
+      {{"linear", QuantizedWeights::linear}, {"experts", QuantizedWeights::experts}},
+      QuantizedWeights::linear);
+  m.norm = read_choice<NormKind>(r, "norm", {{"rms", NormKind::rms}, {"layer", NormKind::layer}},
+                                 NormKind::rms);
+  m.norms_per_layer = r.count("norms_per_layer").value_or(2);
 
   auto attention = r.map("attention");
   if (!attention) {
@@ -176,21 +226,16 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   m.attention = read_attention(*attention, m.hidden_size);
 
   if (auto mlp = r.map("mlp")) {
-    mlp->allow_only({"kind", "intermediate_size"});
-    std::string kind = mlp->text("kind").value_or("gated");
-    if (kind == "gated") {
-      m.mlp.kind = MlpKind::gated;
-    } else if (kind == "plain") {
-      m.mlp.kind = MlpKind::plain;
-    } else {
-      mlp->fail("kind", "unknown mlp kind '" + kind + "' (one of: gated, plain)");
-    }
+    mlp->allow_only({"kind", "intermediate_size", "bias"});
+    m.mlp.kind = read_choice<MlpKind>(
+        *mlp, "kind", {{"gated", MlpKind::gated}, {"plain", MlpKind::plain}}, MlpKind::gated);
+    m.mlp.bias = mlp->flag("bias").value_or(false);
     m.mlp.intermediate_size = mlp->count("intermediate_size").value_or(0);
   }
   if (auto moe = r.map("moe")) {
     moe->allow_only({"routed_experts", "shared_experts", "experts_per_token",
                      "expert_intermediate_size", "shared_expert_intermediate_size",
-                     "first_dense_layers"});
+                     "first_dense_layers", "router_bias"});
     Moe e;
     e.routed_experts = moe->required_count("routed_experts", "routed experts per MoE layer");
     e.shared_experts = moe->count("shared_experts").value_or(0);
@@ -201,6 +246,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
         moe->count("shared_expert_intermediate_size")
             .value_or(checked_mul(e.expert_intermediate_size, e.shared_experts));
     e.first_dense_layers = moe->count("first_dense_layers").value_or(0);
+    e.router_bias = moe->flag("router_bias").value_or(false);
     m.moe = e;
   }
   m.sliding_window = r.count("sliding_window").value_or(0);
@@ -252,6 +298,9 @@ std::string model_to_yaml(const Model& m) {
   y << "dtype: " << dtype_name(m.dtype) << "\n";
   if (m.weight_dtype) {
     y << "weight_dtype: " << dtype_name(*m.weight_dtype) << "\n";
+    if (m.quantized_weights == QuantizedWeights::experts) {
+      y << "quantized_weights: experts\n";
+    }
   }
   y << "layers: " << m.layers << "\n";
   y << "hidden_size: " << m.hidden_size << "\n";
@@ -260,6 +309,15 @@ std::string model_to_yaml(const Model& m) {
     y << "max_context: " << m.max_context << "\n";
   }
   y << "tie_word_embeddings: " << (m.tie_word_embeddings ? "true" : "false") << "\n";
+  if (m.learned_position_embeddings) {
+    y << "learned_position_embeddings: true\n";
+  }
+  if (m.norm == NormKind::layer) {
+    y << "norm: layer\n";
+  }
+  if (m.norms_per_layer != 2) {
+    y << "norms_per_layer: " << m.norms_per_layer << "\n";
+  }
   const Attention& a = m.attention;
   y << "attention:\n  kind: " << attention_kind_name(a.kind) << "\n  heads: " << a.heads << "\n";
   if (a.kind == AttentionKind::mla) {
@@ -278,9 +336,21 @@ std::string model_to_yaml(const Model& m) {
       y << "  v_head_dim: " << a.v_head_dim << "\n";
     }
   }
-  if (m.mlp.intermediate_size || !m.moe) {
+  if (a.bias != AttentionBias::none) {
+    y << "  bias: " << (a.bias == AttentionBias::qkv ? "qkv" : "all") << "\n";
+  }
+  if (a.qk_norm) {
+    y << "  qk_norm: true\n";
+  }
+  if (a.sinks) {
+    y << "  sinks: true\n";
+  }
+  if (m.mlp.intermediate_size || !m.moe || m.mlp.bias) {
     y << "mlp:\n  kind: " << (m.mlp.kind == MlpKind::gated ? "gated" : "plain")
       << "\n  intermediate_size: " << m.mlp.intermediate_size << "\n";
+    if (m.mlp.bias) {
+      y << "  bias: true\n";
+    }
   }
   if (m.moe) {
     const Moe& e = *m.moe;
@@ -292,6 +362,9 @@ std::string model_to_yaml(const Model& m) {
       y << "  shared_expert_intermediate_size: " << e.shared_expert_intermediate_size << "\n";
     }
     y << "  first_dense_layers: " << e.first_dense_layers << "\n";
+    if (e.router_bias) {
+      y << "  router_bias: true\n";
+    }
   }
   if (m.sliding_window) {
     y << "sliding_window: " << m.sliding_window << "\n";

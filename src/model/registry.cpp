@@ -8,7 +8,7 @@
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/model/loader.hpp>
 
-#include "yaml_support.hpp"
+#include "../core/yaml_support.hpp"
 
 namespace kvcalc {
 

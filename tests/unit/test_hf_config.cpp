@@ -6,6 +6,7 @@
 
 #include <kvcalc/kv/footprint.hpp>
 #include <kvcalc/model/loader.hpp>
+#include <kvcalc/model/params.hpp>
 #include <kvcalc/model/registry.hpp>
 
 using namespace kvcalc;
@@ -87,6 +88,22 @@ TEST_CASE("every HF fixture imports to its bundled model", "[hf][zoo]") {
       CHECK(m.linear_state->dtype == zoo->linear_state->dtype);
     }
     CHECK(kv_per_token(m) == kv_per_token(*zoo));
+    // The terms only the parameter count sees.
+    CHECK(m.norm == zoo->norm);
+    CHECK(m.norms_per_layer == zoo->norms_per_layer);
+    CHECK(m.learned_position_embeddings == zoo->learned_position_embeddings);
+    CHECK(m.attention.bias == zoo->attention.bias);
+    CHECK(m.attention.qk_norm == zoo->attention.qk_norm);
+    CHECK(m.attention.sinks == zoo->attention.sinks);
+    CHECK(m.mlp.bias == zoo->mlp.bias);
+    CHECK(m.quantized_weights == zoo->quantized_weights);
+    if (m.moe) {
+      CHECK(m.moe->router_bias == zoo->moe->router_bias);
+    }
+    if (!zoo->params) {
+      CHECK(count_params(m).main == count_params(*zoo).main);
+      CHECK(count_params(m).mtp == count_params(*zoo).mtp);
+    }
     ++checked;
   }
   CHECK(checked >= 26);

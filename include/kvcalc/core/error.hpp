@@ -1,8 +1,10 @@
 #pragma once
 /// Error types shared by every module. Library code throws; only `main` maps them to exit codes.
 
+#include <functional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace kvcalc {
 
@@ -23,6 +25,10 @@ struct SourceLocation {
   /// "file:line:col", "file:line", "file", or "" when nothing is known.
   [[nodiscard]] std::string str() const;
 };
+
+/// Maps a schema key path ("attention.heads") to where it was written; unknown paths may map
+/// to the file alone.
+using Locator = std::function<SourceLocation(std::string_view key_path)>;
 
 /// Base of every kvcalc error.
 class Error : public std::runtime_error {

@@ -23,6 +23,24 @@ enum class LayerType {
   linear,  ///< linear attention / SSM: a constant state per sequence
 };
 
+/// Which projections of an attention block carry a bias.
+enum class AttentionBias {
+  none, ///< Llama, Mistral, DeepSeek
+  qkv,  ///< q, k and v (Qwen2/2.5)
+  all,  ///< q, k, v and o (StarCoder, gpt-oss)
+};
+
+enum class NormKind {
+  rms,   ///< RMSNorm: a weight per channel
+  layer, ///< LayerNorm: a weight and a bias per channel
+};
+
+/// Which linear weights `weight_dtype` applies to.
+enum class QuantizedWeights {
+  linear,  ///< every linear layer of the blocks (fp8/int4 checkpoints)
+  experts, ///< routed experts only (gpt-oss mxfp4)
+};
+
 enum class MlpKind {
   gated, ///< SwiGLU/GeGLU: gate, up and down matrices
   plain, ///< up and down matrices (GELU MLP of Falcon, StarCoder)
@@ -44,11 +62,15 @@ struct Attention {
   u64 head_dim = 0;   ///< key width per head; for MLA d_nope + d_R
   u64 v_head_dim = 0; ///< value width per head
   MlaDims mla;        ///< set when kind is mla
+  AttentionBias bias = AttentionBias::none;
+  bool qk_norm = false; ///< per-head RMSNorm of q and k, head_dim wide (Qwen3, Gemma 3)
+  bool sinks = false;   ///< one learned attention-sink logit per head (gpt-oss)
 };
 
 struct Mlp {
   MlpKind kind = MlpKind::gated;
   u64 intermediate_size = 0; ///< width of the dense MLP (0 when every layer is MoE)
+  bool bias = false;         ///< biases on the MLP (and expert) projections
 };
 
 struct Moe {
@@ -58,6 +80,7 @@ struct Moe {
   u64 expert_intermediate_size = 0;
   u64 shared_expert_intermediate_size = 0; ///< all shared experts together
   u64 first_dense_layers = 0;              ///< leading layers with a dense MLP instead of MoE
+  bool router_bias = false; ///< a bias per expert on the router (DeepSeek-V3 correction, gpt-oss)
 };
 
 /// Per-sequence state of one linear-attention or SSM layer.
@@ -73,11 +96,15 @@ struct Model {
   std::string source;                ///< where the numbers come from
   DType dtype = DType::bf16;         ///< activation dtype; default KV cache dtype
   std::optional<DType> weight_dtype; ///< when the published checkpoint is quantized
+  QuantizedWeights quantized_weights = QuantizedWeights::linear; ///< what weight_dtype covers
   u64 layers = 0;
   u64 hidden_size = 0;
   u64 vocab_size = 0;
   u64 max_context = 0; ///< tokens; 0 when unknown
   bool tie_word_embeddings = false;
+  bool learned_position_embeddings = false; ///< a max_context × hidden table (StarCoder)
+  NormKind norm = NormKind::rms;
+  u64 norms_per_layer = 2; ///< 1: Falcon-7B's parallel block; 4: Gemma 2/3
   Attention attention;
   Mlp mlp;
   std::optional<Moe> moe;
@@ -103,10 +130,6 @@ struct Model {
 /// "" when every layer is full; empty optional when only an explicit list describes it.
 [[nodiscard]] std::optional<std::string>
 describe_layer_pattern(const std::vector<LayerType>& types);
-
-/// Maps a schema key path ("attention.heads") to where it was written; unknown paths may map
-/// to the file alone.
-using Locator = std::function<SourceLocation(std::string_view key_path)>;
 
 /// Checks the semantic rules of docs/model-format.md (positive sizes, heads divisible by KV
 /// heads, MLA ranks present, windows, state sizes, sizes that overflow 64 bits). Throws

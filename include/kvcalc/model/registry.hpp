@@ -6,18 +6,13 @@
 #include <string_view>
 #include <vector>
 
+#include <kvcalc/core/embedded.hpp>
 #include <kvcalc/model/model.hpp>
 
 namespace kvcalc {
 
-/// One bundled file as it is in the source tree.
-struct BuiltinModelFile {
-  std::string_view path; ///< "models/deepseek-v3.yaml"
-  std::string_view text;
-};
-
-/// Generated at build time from models/*.yaml.
-[[nodiscard]] std::span<const BuiltinModelFile> builtin_model_files();
+/// models/*.yaml as they are in the source tree; generated at build time.
+[[nodiscard]] std::span<const EmbeddedFile> builtin_model_files();
 
 /// Every bundled model, parsed once, sorted by name.
 [[nodiscard]] const std::vector<Model>& builtin_models();

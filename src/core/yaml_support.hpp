@@ -1,5 +1,6 @@
 #pragma once
-// Typed, located reads from yaml-cpp nodes, shared by the model YAML and config.json loaders.
+// Typed, located reads from yaml-cpp nodes, shared by every file kvcalc reads (model YAML,
+// config.json, GPU catalog, plans).
 
 #include <initializer_list>
 #include <map>
@@ -12,7 +13,6 @@
 
 #include <kvcalc/core/checked.hpp>
 #include <kvcalc/core/error.hpp>
-#include <kvcalc/model/model.hpp>
 
 namespace kvcalc::detail {
 
@@ -60,6 +60,8 @@ public:
   [[nodiscard]] std::optional<u64> count(std::string_view key) const;
   /// A non-negative integer that must be present; `meaning` explains the key in the error.
   [[nodiscard]] u64 required_count(std::string_view key, std::string_view meaning) const;
+  /// A finite, non-negative real number ("3.35e12", "900e9", "0.9"); nullopt when absent.
+  [[nodiscard]] std::optional<double> number(std::string_view key) const;
   [[nodiscard]] std::optional<std::string> text(std::string_view key) const;
   [[nodiscard]] std::string required_text(std::string_view key, std::string_view meaning) const;
   [[nodiscard]] std::optional<bool> flag(std::string_view key) const;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -163,6 +165,23 @@ u64 MapReader::required_count(std::string_view key, std::string_view meaning) co
     missing(key, meaning);
   }
   return *value;
+}
+
+std::optional<double> MapReader::number(std::string_view key) const {
+  auto value = text(key);
+  if (!value) {
+    return std::nullopt;
+  }
+  const std::string& s = *value;
+  char* end = nullptr;
+  double d = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(d)) {
+    fail(key, "'" + path_of(key) + "' must be a number, got '" + s + "'");
+  }
+  if (d < 0) {
+    fail(key, "'" + path_of(key) + "' must not be negative, got " + s);
+  }
+  return d;
 }
 
 std::optional<std::string> MapReader::text(std::string_view key) const {

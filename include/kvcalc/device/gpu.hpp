@@ -1,0 +1,70 @@
+#pragma once
+/// The GPU catalog: memory, bandwidth and dense peak FLOP/s of each part (src/device/gpus.yaml,
+/// compiled in; `--gpu-file` adds a user's own).
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <kvcalc/core/checked.hpp>
+#include <kvcalc/core/dtype.hpp>
+#include <kvcalc/core/embedded.hpp>
+
+namespace kvcalc {
+
+/// Dense peak rates in FLOP/s (or OP/s for int8); unset where the part has no such unit.
+struct PeakFlops {
+  std::optional<double> fp32; ///< non-tensor FP32
+  std::optional<double> tf32;
+  std::optional<double> bf16;
+  std::optional<double> fp16;
+  std::optional<double> fp8;
+  std::optional<double> int8;
+  std::optional<double> fp4;
+};
+
+struct Gpu {
+  std::string name;         ///< registry key, lowercase
+  std::string display_name; ///< vendor's name
+  std::vector<std::string> aliases;
+  std::string vendor;       ///< nvidia | amd
+  std::string architecture; ///< ampere, ada, hopper, blackwell, cdna3
+  u64 memory_bytes = 0;     ///< usable, as the driver reports the total
+  u64 memory_nominal_bytes = 0;
+  double memory_bandwidth_bytes_per_s = 0;
+  PeakFlops flops_per_s;
+  u64 sm_count = 0; ///< SMs, or CUs on AMD
+  u64 l2_bytes = 0;
+  std::string interconnect;            ///< nvlink4, pcie5, infinity-fabric, ...
+  double interconnect_bytes_per_s = 0; ///< per GPU, as the vendor states it
+  std::string source;
+};
+
+/// Dense peak for `dtype` (fp8_e4m3/e5m2 → fp8, nvfp4/mxfp4 → fp4, int4 → int8), or nullopt.
+[[nodiscard]] std::optional<double> peak_flops(const Gpu& gpu, DType dtype);
+
+/// Parses a catalog (`gpus:` list, docs/gpu-catalog.md); errors are located InputErrors.
+[[nodiscard]] std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& file);
+
+/// src/device/gpus.yaml as compiled in; generated at build time.
+[[nodiscard]] std::span<const EmbeddedFile> builtin_gpu_files();
+
+/// The bundled catalog, parsed once, in file order.
+[[nodiscard]] const std::vector<Gpu>& builtin_gpus();
+
+/// A catalog: the bundled one, plus the GPUs of `extra_file` when given (its entries win on
+/// a name clash).
+class GpuCatalog {
+public:
+  explicit GpuCatalog(const std::string& extra_file = {});
+  [[nodiscard]] const std::vector<Gpu>& gpus() const { return m_gpus; }
+  /// By name or alias, any case; an unknown name is an InputError with a did-you-mean.
+  [[nodiscard]] const Gpu& find(std::string_view name) const;
+
+private:
+  std::vector<Gpu> m_gpus;
+};
+
+} // namespace kvcalc
