@@ -60,6 +60,102 @@ void add_footprint_options(CLI::App* cmd, cli::FootprintArgs& a) {
   add_output_options(cmd, a.output);
 }
 
+void add_cache_options(CLI::App* cmd, cli::CacheOptions& c) {
+  cmd->add_option("--kv-dtype", c.kv_dtype,
+                  "KV cache element type: fp32, fp16, bf16, fp8 (= fp8_e4m3), fp8_e5m2, int8, "
+                  "int4, nvfp4 [default: the model's dtype]")
+      ->type_name("DTYPE");
+  cmd->add_option("--kv-scale", c.kv_scale,
+                  "Scale metadata of a quantized cache: none, tensor (one per layer: no bytes "
+                  "per token), token-head (one per token per head), group:G (one per G "
+                  "elements) [default: fp8 tensor, int8 token-head, int4 group:32, nvfp4 "
+                  "group:16]")
+      ->type_name("SCALE");
+  cmd->add_option("--kv-scale-dtype", c.kv_scale_dtype,
+                  "Type of each scale: fp32, fp16, bf16, fp8_e4m3 [default: fp32; int4 fp16; "
+                  "nvfp4 fp8_e4m3]")
+      ->type_name("DTYPE");
+  cmd->add_option("--mla-cache", c.mla_cache,
+                  "MLA cache layout: latent (d_c + d_R per token per layer), expanded (per-head "
+                  "K and V, as HF eager code), fp8_ds_mla (656 B per token per layer at "
+                  "DeepSeek dims)")
+      ->check(CLI::IsMember({"latent", "expanded", "fp8_ds_mla"}))
+      ->capture_default_str();
+}
+
+void add_deployment_options(CLI::App* cmd, cli::DeploymentOptions& d) {
+  cmd->add_option("--gpu", d.gpus,
+                  "GPU from the catalog (`kvcalc gpus`), any case, aliases accepted; a "
+                  "comma-separated list sweeps")
+      ->delimiter(',')
+      ->type_name("GPU,...")
+      ->capture_default_str();
+  cmd->add_option("--gpu-file", d.gpu_file,
+                  "A GPU catalog YAML of your own, added to the bundled one "
+                  "(docs/gpu-catalog.md)")
+      ->type_name("FILE");
+  cmd->add_option("--gpus", d.gpu_count,
+                  "GPUs in the deployment: model copies = gpus / (tp × pp) [default: tp × pp]")
+      ->type_name("N");
+  cmd->add_option("--tp", d.tps, "Tensor parallel size; a comma-separated list sweeps")
+      ->delimiter(',')
+      ->type_name("N,...")
+      ->capture_default_str();
+  cmd->add_option("--pp", d.pp, "Pipeline parallel size: layers split over stages")
+      ->capture_default_str();
+  cmd->add_option("--ep", d.ep,
+                  "Expert parallel size: routed experts split over this many GPUs "
+                  "[default: tp]");
+  cmd->add_option("--dcp", d.dcp,
+                  "Decode context parallel (MLA): each of dcp TP ranks holds 1/dcp of every "
+                  "sequence's latent cache instead of a full copy")
+      ->capture_default_str();
+  cmd->add_flag("--dp-attention", d.dp_attention,
+                "Attention data parallel over the tp ranks (SGLang --enable-dp-attention): each "
+                "rank holds its own sequences, attention weights are replicated");
+  cmd->add_option("--engine", d.engine,
+                  "Budget rules: plain (usable memory − weights − reserve), vllm, sglang, trtllm")
+      ->check(CLI::IsMember({"plain", "vllm", "sglang", "trtllm"}))
+      ->capture_default_str();
+  cmd->add_option("--gpu-memory-utilization", d.gpu_memory_utilization,
+                  "vLLM: fraction of total GPU memory it may use [default: 0.9]")
+      ->type_name("FRACTION");
+  cmd->add_option("--mem-fraction-static", d.mem_fraction_static,
+                  "SGLang: fraction for weights and KV pool [default: SGLang's rule from GPU "
+                  "memory and tp]")
+      ->type_name("FRACTION");
+  cmd->add_option("--free-gpu-memory-fraction", d.free_gpu_memory_fraction,
+                  "TensorRT-LLM: fraction of the memory left after weights and activations "
+                  "[default: 0.9]")
+      ->type_name("FRACTION");
+  cmd->add_option("--max-batched-tokens", d.max_batched_tokens,
+                  "Tokens per scheduler step (sizes the activation reserve and vLLM's sliding "
+                  "window blocks) [default: the engine's]")
+      ->type_name("TOKENS");
+  cmd->add_option("--max-seqs", d.max_seqs,
+                  "Sequences per step (sizes the logits reserve) [default: the engine's]")
+      ->type_name("N");
+  cmd->add_option("--reserve", d.reserve,
+                  "Activation/workspace memory per GPU besides weights, e.g. 2GiB [default: "
+                  "kvcalc's estimate]")
+      ->type_name("BYTES");
+  cmd->add_option("--non-kv-memory", d.non_kv_memory,
+                  "All non-KV memory per GPU as the engine measured it (weights included), e.g. "
+                  "18.4GiB")
+      ->type_name("BYTES");
+  cmd->add_option("--kv-cache-memory", d.kv_cache_memory,
+                  "The KV pool per GPU as the engine reported it, e.g. 3.81GiB (vLLM "
+                  "'Available KV cache memory')")
+      ->type_name("BYTES");
+  cmd->add_option("--weight-dtype", d.weight_dtype,
+                  "Weight storage: bf16, fp16, fp8 (128x128 block scales), int8, int4, nvfp4, "
+                  "mxfp4 [default: the model's checkpoint]")
+      ->type_name("DTYPE");
+  cmd->add_flag("--mtp", d.mtp,
+                "Load the multi-token-prediction module (speculative decoding): its weights and "
+                "its layer's KV cache");
+}
+
 } // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -94,6 +190,37 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->type_name("MODEL");
   add_footprint_options(compare_cmd, compare);
 
+  cli::CapacityArgs capacity;
+  auto* capacity_cmd = app.add_subcommand(
+      "capacity", "Sequences that fit per GPU and deployment, with engine-exact budgets");
+  capacity_cmd->add_option("models", capacity.models, "MODEL names, YAML files or config.json")
+      ->type_name("MODEL")
+      ->required();
+  capacity_cmd
+      ->add_option("--context", capacity.contexts,
+                   "Context lengths in tokens, comma-separated: 4096, 4k, 128k, 1M [default: "
+                   "4k,32k,128k]")
+      ->type_name("TOKENS,...");
+  capacity_cmd
+      ->add_option("--max-context-at", capacity.max_context_at,
+                   "Also find the longest context at which this many sequences fit")
+      ->type_name("N");
+  capacity_cmd
+      ->add_option("--block-size", capacity.cache.block_size,
+                   "Page size in tokens [default: vLLM 16 (MLA 64 on Hopper, 128 on "
+                   "Blackwell), TensorRT-LLM 32, SGLang 1, plain none]")
+      ->type_name("TOKENS");
+  capacity_cmd->add_flag("--explain", capacity.explain, "Print the budget, step by step");
+  add_cache_options(capacity_cmd, capacity.cache);
+  add_deployment_options(capacity_cmd, capacity.deployment);
+  add_output_options(capacity_cmd, capacity.output);
+
+  cli::GpusArgs gpus;
+  auto* gpus_cmd = app.add_subcommand("gpus", "List the GPU catalog");
+  gpus_cmd->add_option("--gpu-file", gpus.gpu_file, "Add the GPUs of your own catalog YAML")
+      ->type_name("FILE");
+  add_output_options(gpus_cmd, gpus.output);
+
   cli::ModelsArgs models;
   auto* models_cmd = app.add_subcommand("models", "List the bundled models, one line each");
   add_output_options(models_cmd, models.output);
@@ -126,6 +253,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
   if (compare_cmd->parsed()) {
     return cli::run_footprint(compare, true, out, err);
+  }
+  if (capacity_cmd->parsed()) {
+    return cli::run_capacity(capacity, out, err);
+  }
+  if (gpus_cmd->parsed()) {
+    return cli::run_gpus(gpus, out, err);
   }
   if (models_cmd->parsed()) {
     return cli::run_models(models, out, err);

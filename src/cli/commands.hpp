@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <kvcalc/kv/cache_format.hpp>
+#include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/report/json.hpp>
 #include <kvcalc/report/table.hpp>
 
@@ -26,12 +28,50 @@ struct CacheOptions {
   std::string block_size; ///< empty: no paging
 };
 
+/// Where and how a model is served: GPU, parallelism, engine and its budget knobs.
+struct DeploymentOptions {
+  std::vector<std::string> gpus{"h100-sxm"}; ///< --gpu, a list for sweeps
+  std::string gpu_file;
+  std::string gpu_count;   ///< --gpus; empty: tp × pp
+  std::vector<u64> tps{1}; ///< --tp, a list for sweeps
+  u64 pp = 1;
+  u64 ep = 0;
+  u64 dcp = 1;
+  bool dp_attention = false;
+  std::string engine = "plain";
+  std::string gpu_memory_utilization;   ///< vLLM
+  std::string mem_fraction_static;      ///< SGLang
+  std::string free_gpu_memory_fraction; ///< TensorRT-LLM
+  std::string max_batched_tokens;
+  std::string max_seqs;
+  std::string reserve;
+  std::string non_kv_memory;
+  std::string kv_cache_memory;
+  std::string weight_dtype;
+  bool mtp = false;
+};
+
 struct FootprintArgs {
   std::vector<std::string> models;
   std::string contexts = "4k,32k,128k";
   std::string baseline; ///< compare only; empty: the first model
   bool explain = false;
   CacheOptions cache;
+  OutputOptions output;
+};
+
+struct CapacityArgs {
+  std::vector<std::string> models;
+  std::string contexts; ///< empty: 4k,32k,128k unless --max-context-at is given
+  std::string max_context_at;
+  bool explain = false;
+  CacheOptions cache;
+  DeploymentOptions deployment;
+  OutputOptions output;
+};
+
+struct GpusArgs {
+  std::string gpu_file;
   OutputOptions output;
 };
 
@@ -60,6 +100,16 @@ void warn(std::ostream& err, const std::vector<std::string>& warnings);
 Json json_header(const std::string& command);
 
 int run_footprint(const FootprintArgs& args, bool compare, std::ostream& out, std::ostream& err);
+/// One capacity request per model × GPU × tp of the options.
+std::vector<CapacityRequest> capacity_requests(const std::vector<Model>& models,
+                                               const CacheOptions& cache,
+                                               const DeploymentOptions& d,
+                                               std::vector<u64> contexts,
+                                               std::optional<u64> max_context_at);
+int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err);
+int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& err);
+/// The cache request of the cache options (shared by footprint, compare, capacity).
+CacheRequest cache_request(const CacheOptions& options);
 int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& err);
 int run_import(const ImportArgs& args, std::ostream& out, std::ostream& err);
 

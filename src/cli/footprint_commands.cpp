@@ -10,8 +10,6 @@
 
 namespace kvcalc::cli {
 
-namespace {
-
 CacheRequest cache_request(const CacheOptions& o) {
   CacheRequest r;
   if (!o.kv_dtype.empty()) {
@@ -30,6 +28,8 @@ CacheRequest cache_request(const CacheOptions& o) {
   r.mla_format = parse_mla_format(o.mla_cache);
   return r;
 }
+
+namespace {
 
 /// Short label for a context: "128k" when it is a whole number of k, else the count.
 std::string context_label(u64 tokens) {

@@ -1,11 +1,24 @@
 #include <kvcalc/core/units.hpp>
 
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <string>
 
 namespace kvcalc {
 
 namespace {
+
+std::string fmt_number(double v) {
+  std::string s = std::to_string(v);
+  while (s.size() > 1 && s.back() == '0') {
+    s.pop_back();
+  }
+  if (!s.empty() && s.back() == '.') {
+    s.pop_back();
+  }
+  return s;
+}
 
 [[noreturn]] void bad_count(std::string_view text, std::string_view what, std::string_view why) {
   throw InputError("invalid " + std::string(what) + " '" + std::string(text) +
@@ -84,6 +97,90 @@ u64 parse_count(std::string_view raw, std::string_view what) {
   }
   if (value == 0) {
     bad_count(raw, what, "must be at least 1");
+  }
+  return value;
+}
+
+u64 parse_bytes(std::string_view raw, std::string_view what) {
+  std::string_view text = trim(raw);
+  auto fail = [&](std::string_view why) -> u64 {
+    throw InputError("invalid " + std::string(what) + " '" + std::string(raw) +
+                     "': " + std::string(why) +
+                     "; expected bytes such as 4096, 3.81GiB, 80GB, 512MiB (KiB/MiB/GiB/TiB are "
+                     "powers of 1024, kB/MB/GB/TB of 1000)");
+  };
+  std::size_t unit_at = text.find_first_not_of("0123456789.");
+  std::string_view number = text.substr(0, unit_at);
+  std::string unit;
+  for (char c :
+       trim(unit_at == std::string_view::npos ? std::string_view{} : text.substr(unit_at))) {
+    unit += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (!text.empty() && text.front() == '-') {
+    return fail("a size cannot be negative");
+  }
+  if (number.empty() || number == "." || std::count(number.begin(), number.end(), '.') > 1) {
+    return fail("not a number");
+  }
+  struct Unit {
+    const char* name;
+    u64 scale;
+  };
+  static constexpr Unit units[] = {
+      {"", 1},
+      {"b", 1},
+      {"kib", 1ULL << 10},
+      {"mib", 1ULL << 20},
+      {"gib", 1ULL << 30},
+      {"tib", 1ULL << 40},
+      {"kb", 1000ULL},
+      {"mb", 1000000ULL},
+      {"gb", 1000000000ULL},
+      {"tb", 1000000000000ULL},
+  };
+  const Unit* found = nullptr;
+  for (const auto& u : units) {
+    if (unit == u.name) {
+      found = &u;
+    }
+  }
+  if (found == nullptr) {
+    return fail("unknown unit '" + unit + "'");
+  }
+  // Exact decimal arithmetic: whole × scale + ⌊fraction × scale / 10^digits⌋.
+  auto dot = number.find('.');
+  std::string_view whole_digits = number.substr(0, dot);
+  std::string_view fraction_digits =
+      dot == std::string_view::npos ? std::string_view{} : number.substr(dot + 1);
+  if (fraction_digits.size() > 6) {
+    return fail("more than 6 decimals");
+  }
+  try {
+    u64 whole = 0;
+    for (char c : whole_digits) {
+      whole = checked_add(checked_mul(whole, 10), static_cast<u64>(c - '0'));
+    }
+    u64 fraction = 0;
+    u64 denominator = 1;
+    for (char c : fraction_digits) {
+      fraction = fraction * 10 + static_cast<u64>(c - '0');
+      denominator *= 10;
+    }
+    // fraction < 10^6 and scale ≤ 2^40, so the product fits.
+    u64 part = checked_mul(fraction, found->scale) / denominator;
+    return checked_add(checked_mul(whole, found->scale), part);
+  } catch (const OverflowError&) {
+    return fail("too large for 64 bits");
+  }
+}
+
+double parse_fraction(std::string_view raw, std::string_view what, double low, double high) {
+  std::string text(trim(raw));
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(value >= low && value <= high)) {
+    throw InputError("invalid " + std::string(what) + " '" + std::string(raw) +
+                     "': expected a number from " + fmt_number(low) + " to " + fmt_number(high));
   }
   return value;
 }

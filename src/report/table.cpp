@@ -29,6 +29,17 @@ std::string human_bytes(std::uint64_t bytes, ByteUnits units) {
   return fmt::format("{:.{}f} {}", value, decimals, names[i]);
 }
 
+std::string si_rate(double value, const std::string& unit) {
+  static constexpr std::array<const char*, 7> prefixes{"", "k", "M", "G", "T", "P", "E"};
+  std::size_t i = 0;
+  while (std::fabs(value) >= 1000 && i + 1 < prefixes.size()) {
+    value /= 1000;
+    ++i;
+  }
+  int decimals = std::fabs(value) < 10 ? 3 : std::fabs(value) < 100 ? 2 : 1;
+  return fmt::format("{:.{}f} {}{}", value, decimals, prefixes[i], unit);
+}
+
 namespace {
 
 std::string significant(double v, int digits) {
@@ -69,6 +80,10 @@ std::string format_cell(const Cell& cell, ByteUnits units) {
     return fmt::format("{}{:.1f}%", d > 0 ? "+" : "", d * 100.0);
   case Unit::ratio:
     return significant(d, 3) + "x";
+  case Unit::flops:
+    return si_rate(d, "FLOP/s");
+  case Unit::bytes_per_s:
+    return si_rate(d, "B/s");
   default:
     return significant(d, 4);
   }

@@ -20,9 +20,8 @@ struct Run {
   std::string err;
 };
 
-Run cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "kvcalc");
-  std::vector<const char*> argv;
+Run cli(const std::vector<std::string>& args) {
+  std::vector<const char*> argv{"kvcalc"};
   for (const auto& a : args) {
     argv.push_back(a.c_str());
   }

@@ -18,6 +18,16 @@ namespace kvcalc {
 /// A comma-separated list of parse_count values, in the order given.
 [[nodiscard]] std::vector<u64> parse_count_list(std::string_view text, std::string_view what);
 
+/// A byte size: plain bytes ("4096") or with a unit: B, KiB, MiB, GiB, TiB (powers of 1024),
+/// kB, MB, GB, TB (powers of 1000), in any case for the letters after the first; fractions
+/// allowed ("3.81GiB" = 4,090,981,621 B, rounded down to whole bytes). Negative or empty
+/// values are errors naming `what`.
+[[nodiscard]] u64 parse_bytes(std::string_view text, std::string_view what);
+
+/// A real number in [low, high] ("0.9"); errors name `what`.
+[[nodiscard]] double parse_fraction(std::string_view text, std::string_view what, double low,
+                                    double high);
+
 /// `s` without leading and trailing whitespace.
 [[nodiscard]] std::string_view trim(std::string_view s);
 

@@ -16,6 +16,9 @@ enum class Unit {
   bytes_exact, ///< exact with grouping for people (70,272 B)
   ratio,       ///< a dimensionless factor (0.125x)
   percent,     ///< a fraction shown as a signed percentage (-87.5%); stored as a fraction
+  number,      ///< a real number, four significant digits
+  flops,       ///< FLOP/s, SI prefixes (989.4 TFLOP/s)
+  bytes_per_s, ///< bytes per second, SI prefixes (3.350 TB/s)
 };
 
 /// How people-facing bytes are scaled.
@@ -32,6 +35,9 @@ struct Cell {
   static Cell bytes_exact(std::uint64_t v) { return {v, Unit::bytes_exact}; }
   static Cell ratio(double v) { return {v, Unit::ratio}; }
   static Cell percent(double fraction) { return {fraction, Unit::percent}; }
+  static Cell number(double v) { return {v, Unit::number}; }
+  static Cell flops(double v) { return {v, Unit::flops}; }
+  static Cell bytes_per_s(double v) { return {v, Unit::bytes_per_s}; }
 };
 
 struct Column {
@@ -48,6 +54,9 @@ struct Table {
 
 /// 287834112 → "274.5 MiB" (iec) or "287.8 MB" (si); below 1 KiB/kB: "512 B".
 [[nodiscard]] std::string human_bytes(std::uint64_t bytes, ByteUnits units);
+
+/// 3.35e12 → "3.350 T" (four significant digits and an SI prefix; `unit` appended).
+[[nodiscard]] std::string si_rate(double value, const std::string& unit);
 
 /// One cell as people read it.
 [[nodiscard]] std::string format_cell(const Cell& cell, ByteUnits units);

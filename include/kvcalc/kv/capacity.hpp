@@ -1,0 +1,99 @@
+#pragma once
+/// How many sequences fit: usable GPU memory → weights share → non-KV reserve → KV pool →
+/// tokens → blocks → sequences at each context, with the budget rules of a plain calculation,
+/// vLLM, SGLang or TensorRT-LLM (docs/formulas.md, "Capacity"). A pure function.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <kvcalc/device/gpu.hpp>
+#include <kvcalc/kv/cache_format.hpp>
+#include <kvcalc/kv/weights.hpp>
+#include <kvcalc/model/model.hpp>
+
+namespace kvcalc {
+
+enum class Engine { plain, vllm, sglang, trtllm };
+
+[[nodiscard]] std::string_view engine_name(Engine e);
+[[nodiscard]] Engine parse_engine(std::string_view text);
+
+struct Parallelism {
+  u64 gpus = 0;              ///< GPUs in the deployment; 0: tp × pp
+  u64 tp = 1;                ///< tensor parallel
+  u64 pp = 1;                ///< pipeline parallel
+  u64 ep = 0;                ///< expert shards; 0: experts split over tp
+  u64 dcp = 1;               ///< decode context parallel: MLA tokens sharded over dcp TP ranks
+  bool dp_attention = false; ///< attention data parallel over the tp ranks (own sequences each)
+};
+
+struct EngineSettings {
+  Engine engine = Engine::plain;
+  /// vLLM gpu_memory_utilization (0.9), SGLang mem_fraction_static (derived from the GPU),
+  /// TensorRT-LLM free_gpu_memory_fraction (0.9); unused by plain.
+  std::optional<double> memory_fraction;
+  std::optional<u64> block_size;         ///< tokens per page; engine default when unset
+  std::optional<u64> max_batched_tokens; ///< tokens per step; engine default when unset
+  std::optional<u64> max_seqs;           ///< running sequences per step; engine default
+  std::optional<u64> reserve_bytes;  ///< activations and workspace per GPU (overrides the estimate)
+  std::optional<u64> non_kv_bytes;   ///< everything but KV per GPU, as the engine measured it
+  std::optional<u64> kv_cache_bytes; ///< the KV pool per GPU, as the engine reported it
+};
+
+struct CapacityRequest {
+  Model model;
+  Gpu gpu;
+  CacheRequest cache;
+  std::optional<DType> weight_dtype; ///< nullopt: the model's
+  Parallelism parallel;
+  EngineSettings engine;
+  bool mtp = false; ///< load the MTP module (its weights and its layer's KV)
+  std::vector<u64> contexts;
+  std::optional<u64> max_context_at; ///< find the longest context with this many sequences
+};
+
+struct ContextCapacity {
+  u64 tokens = 0;              ///< context length of every sequence
+  u64 blocks_per_sequence = 0; ///< paged engines: blocks one sequence needs
+  u64 bytes_per_sequence = 0;  ///< KV (and state) one sequence takes on one GPU
+  double max_concurrency = 0;  ///< the engine's fractional figure for one KV pool
+  u64 max_sequences = 0;       ///< whole sequences, whole deployment
+};
+
+struct CapacityResult {
+  Engine engine = Engine::plain;
+  std::string gpu;
+  Parallelism parallel;       ///< resolved (gpus, ep filled in)
+  u64 replicas = 1;           ///< model copies: gpus / (tp × pp)
+  u64 kv_pools = 1;           ///< independent KV pools in the deployment
+  u64 memory_bytes = 0;       ///< usable per GPU
+  double memory_fraction = 0; ///< the engine's fraction as applied (0 for plain)
+  u64 budget_bytes = 0;       ///< what the engine plans within: total × fraction, or free memory
+  u64 weights_bytes_per_gpu = 0;
+  u64 other_non_kv_bytes_per_gpu = 0; ///< activations, workspace, runtime
+  bool non_kv_estimated = true;       ///< the reserve is kvcalc's estimate, not a given figure
+  u64 kv_pool_bytes_per_gpu = 0;
+  u64 kv_bytes_per_token_per_gpu = 0; ///< this GPU's layers and heads, full rate
+  u64 kv_tokens = 0;                  ///< per pool, as the engine reports its token capacity
+  u64 block_size = 0;                 ///< 0: not paged
+  u64 num_blocks = 0;                 ///< per pool, when paged
+  u64 max_batched_tokens = 0;
+  CacheFormat cache;
+  DType weight_dtype = DType::bf16;
+  bool fits = true;
+  std::string reason; ///< why not, when !fits
+  std::vector<ContextCapacity> contexts;
+  std::optional<u64> max_context_at;   ///< longest context holding the requested sequences
+  bool max_context_capped = false;     ///< ... limited by the model's max_context, not by KV
+  std::vector<std::string> derivation; ///< the arithmetic, one line per step
+  std::vector<std::string> notes;      ///< for people: approximations, limits
+};
+
+[[nodiscard]] CapacityResult compute_capacity(const CapacityRequest& request);
+
+/// SGLang's default mem_fraction_static for this GPU and parallelism (v0.5.3+ rule).
+[[nodiscard]] double sglang_mem_fraction_static(const Gpu& gpu, u64 tp, u64 pp, bool dp_attention);
+
+} // namespace kvcalc

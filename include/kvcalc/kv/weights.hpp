@@ -1,0 +1,42 @@
+#pragma once
+/// Weight bytes in a storage dtype, scales included, and their share on one GPU under tensor,
+/// pipeline and expert parallelism (docs/formulas.md, "Weights").
+
+#include <optional>
+
+#include <kvcalc/core/dtype.hpp>
+#include <kvcalc/model/params.hpp>
+
+namespace kvcalc {
+
+/// How one copy of the model is split over GPUs.
+struct WeightSharding {
+  u64 tp = 1;           ///< tensor parallel: linear layers, embeddings and head
+  u64 attention_tp = 1; ///< attention's own TP (tp / attention data parallel)
+  u64 pp = 1;           ///< pipeline stages: layers split evenly
+  u64 ep = 1;           ///< expert shards (tp unless expert parallelism says otherwise)
+  bool mtp = false;     ///< load the multi-token-prediction module (speculative decoding)
+};
+
+/// Bytes of every instance of `t` stored as `dtype`: 16/32-bit plain; fp8 with one fp32 scale
+/// per 128 × 128 block; int8 with an fp32 scale per output row; int4 with an fp16 scale per 128
+/// inputs; nvfp4 with an fp8 scale per 16 inputs plus an fp32 tensor scale; mxfp4 with an e8m0
+/// scale per 32 inputs.
+[[nodiscard]] u64 tensor_bytes(const TensorGroup& t, DType dtype);
+
+/// The dtype `t` is stored in: `weight_dtype` for the linear weights it covers
+/// (Model::quantized_weights), the model dtype for everything else.
+[[nodiscard]] DType tensor_dtype(const Model& m, const TensorGroup& t, DType weight_dtype);
+
+struct WeightBytes {
+  u64 total = 0;   ///< one full copy of the model (MTP only when loaded)
+  u64 per_gpu = 0; ///< on the most loaded GPU of one copy
+  u64 experts = 0; ///< routed experts, one full copy
+};
+
+/// `weight_dtype` nullopt: the model's own (`weight_dtype`, else `dtype`).
+[[nodiscard]] WeightBytes weight_bytes(const Model& m, const ParamCount& params,
+                                       std::optional<DType> weight_dtype,
+                                       const WeightSharding& sharding);
+
+} // namespace kvcalc

@@ -1,0 +1,378 @@
+// `gpus` (the catalog) and `capacity` (how many sequences fit, engine by engine).
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include <kvcalc/core/units.hpp>
+#include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/model/loader.hpp>
+
+#include "commands.hpp"
+
+namespace kvcalc::cli {
+
+namespace {
+
+Json optional_number(const std::optional<double>& v) {
+  return v ? Json(*v) : Json();
+}
+
+} // namespace
+
+int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& /*err*/) {
+  GpuCatalog catalog(args.gpu_file);
+  Rendered r;
+  r.json = json_header("gpus");
+  Table t;
+  t.columns = {{"name", "name"},
+               {"memory", "memory_bytes"},
+               {"bandwidth", "memory_bandwidth_bytes_per_s"},
+               {"bf16 dense", "bf16_flops_per_s"},
+               {"fp8 dense", "fp8_flops_per_s"},
+               {"fp4 dense", "fp4_flops_per_s"},
+               {"ridge bf16", "ridge_bf16_flop_per_byte"},
+               {"SMs", "sm_count"},
+               {"link", "interconnect"},
+               {"aliases", "aliases"}};
+  Json list = Json::array();
+  for (const Gpu& g : catalog.gpus()) {
+    std::string aliases;
+    for (const auto& a : g.aliases) {
+      aliases += (aliases.empty() ? "" : " ") + a;
+    }
+    auto bf16 = g.flops_per_s.bf16 ? g.flops_per_s.bf16 : g.flops_per_s.fp16;
+    auto rate = [](const std::optional<double>& v) { return v ? Cell::flops(*v) : Cell::empty(); };
+    t.rows.push_back({Cell::text(g.name), Cell::bytes(g.memory_bytes),
+                      Cell::bytes_per_s(g.memory_bandwidth_bytes_per_s), rate(bf16),
+                      rate(g.flops_per_s.fp8), rate(g.flops_per_s.fp4),
+                      Cell::number(*bf16 / g.memory_bandwidth_bytes_per_s), Cell::count(g.sm_count),
+                      Cell::text(g.interconnect), Cell::text(aliases)});
+    Json j = Json::object();
+    j["name"] = g.name;
+    j["display_name"] = g.display_name;
+    Json aj = Json::array();
+    for (const auto& a : g.aliases) {
+      aj.push_back(a);
+    }
+    j["aliases"] = std::move(aj);
+    j["vendor"] = g.vendor;
+    j["architecture"] = g.architecture;
+    j["memory_bytes"] = g.memory_bytes;
+    j["memory_nominal_bytes"] = g.memory_nominal_bytes;
+    j["memory_bandwidth_bytes_per_s"] = g.memory_bandwidth_bytes_per_s;
+    const PeakFlops& f = g.flops_per_s;
+    j["flops_per_s"]["fp32"] = optional_number(f.fp32);
+    j["flops_per_s"]["tf32"] = optional_number(f.tf32);
+    j["flops_per_s"]["bf16"] = optional_number(f.bf16);
+    j["flops_per_s"]["fp16"] = optional_number(f.fp16);
+    j["flops_per_s"]["fp8"] = optional_number(f.fp8);
+    j["flops_per_s"]["int8"] = optional_number(f.int8);
+    j["flops_per_s"]["fp4"] = optional_number(f.fp4);
+    j["sm_count"] = g.sm_count;
+    j["l2_bytes"] = g.l2_bytes;
+    j["interconnect"]["kind"] = g.interconnect;
+    j["interconnect"]["bytes_per_s"] = g.interconnect_bytes_per_s;
+    j["source"] = g.source;
+    list.push_back(std::move(j));
+  }
+  r.json["gpus"] = std::move(list);
+  t.notes.push_back(std::to_string(catalog.gpus().size()) +
+                    " GPUs; memory as the driver reports it; FLOP/s are dense peaks (no 2:4 "
+                    "sparsity); ridge = bf16 FLOP/s ÷ bandwidth");
+  r.csv = t;
+  r.tables.push_back(std::move(t));
+  emit(r, args.output, out);
+  return 0;
+}
+
+} // namespace kvcalc::cli
+
+namespace kvcalc::cli {
+
+namespace {
+
+std::optional<double> fraction_option(const std::string& text, const char* name) {
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  return parse_fraction(text, name, 0.0, 1.0);
+}
+
+std::optional<u64> bytes_option(const std::string& text, const char* name) {
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  return parse_bytes(text, name);
+}
+
+std::optional<u64> count_option(const std::string& text, const char* name) {
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  return parse_count(text, name);
+}
+
+/// The engine settings of the options, refusing a knob of another engine.
+EngineSettings engine_settings(const DeploymentOptions& d, std::optional<u64> block_size) {
+  EngineSettings s;
+  s.engine = parse_engine(d.engine);
+  struct Knob {
+    const std::string& value;
+    const char* flag;
+    Engine engine;
+  };
+  for (const Knob& k :
+       {Knob{d.gpu_memory_utilization, "--gpu-memory-utilization", Engine::vllm},
+        Knob{d.mem_fraction_static, "--mem-fraction-static", Engine::sglang},
+        Knob{d.free_gpu_memory_fraction, "--free-gpu-memory-fraction", Engine::trtllm}}) {
+    if (!k.value.empty()) {
+      if (s.engine != k.engine) {
+        throw InputError(std::string(k.flag) + " belongs to --engine " +
+                         std::string(engine_name(k.engine)) + ", not " + d.engine);
+      }
+      s.memory_fraction = fraction_option(k.value, k.flag);
+      if (*s.memory_fraction <= 0) {
+        throw InputError(std::string(k.flag) + " must be above 0");
+      }
+    }
+  }
+  s.block_size = block_size;
+  s.max_batched_tokens = count_option(d.max_batched_tokens, "--max-batched-tokens");
+  s.max_seqs = count_option(d.max_seqs, "--max-seqs");
+  s.reserve_bytes = bytes_option(d.reserve, "--reserve");
+  s.non_kv_bytes = bytes_option(d.non_kv_memory, "--non-kv-memory");
+  s.kv_cache_bytes = bytes_option(d.kv_cache_memory, "--kv-cache-memory");
+  if (s.reserve_bytes && s.non_kv_bytes) {
+    throw InputError("--reserve and --non-kv-memory both set the non-KV memory; give one");
+  }
+  if (s.kv_cache_bytes && (s.reserve_bytes || s.non_kv_bytes)) {
+    throw InputError("--kv-cache-memory gives the pool itself; drop --reserve/--non-kv-memory");
+  }
+  return s;
+}
+
+std::string context_text(u64 tokens) {
+  if (tokens % (u64{1} << 20) == 0) {
+    return std::to_string(tokens >> 20) + "M";
+  }
+  if (tokens % 1024 == 0) {
+    return std::to_string(tokens / 1024) + "k";
+  }
+  return group_digits(tokens);
+}
+
+} // namespace
+
+std::vector<CapacityRequest> capacity_requests(const std::vector<Model>& models,
+                                               const CacheOptions& cache,
+                                               const DeploymentOptions& d,
+                                               std::vector<u64> contexts,
+                                               std::optional<u64> max_context_at) {
+  GpuCatalog catalog(d.gpu_file);
+  std::optional<u64> block_size = count_option(cache.block_size, "--block-size");
+  EngineSettings engine = engine_settings(d, block_size);
+  std::optional<DType> weight_dtype;
+  if (!d.weight_dtype.empty()) {
+    weight_dtype = parse_dtype(d.weight_dtype, "--weight-dtype");
+  }
+  u64 gpu_count = d.gpu_count.empty() ? 0 : parse_count(d.gpu_count, "--gpus");
+  std::vector<CapacityRequest> out;
+  for (const Model& m : models) {
+    for (const auto& gpu_name : d.gpus) {
+      const Gpu& gpu = catalog.find(gpu_name);
+      for (u64 tp : d.tps) {
+        CapacityRequest req;
+        req.model = m;
+        req.gpu = gpu;
+        req.cache = cache_request(cache);
+        req.weight_dtype = weight_dtype;
+        req.parallel = {gpu_count, tp, d.pp, d.ep, d.dcp, d.dp_attention};
+        req.engine = engine;
+        req.mtp = d.mtp;
+        req.contexts = contexts;
+        req.max_context_at = max_context_at;
+        out.push_back(std::move(req));
+      }
+    }
+  }
+  return out;
+}
+
+int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err) {
+  std::optional<u64> at = count_option(args.max_context_at, "--max-context-at");
+  std::vector<u64> contexts;
+  if (!args.contexts.empty() || !at) {
+    contexts = parse_count_list(args.contexts.empty() ? "4k,32k,128k" : args.contexts, "--context");
+  }
+  Diagnostics diagnostics;
+  std::vector<Model> models;
+  for (const auto& spec : args.models) {
+    models.push_back(load_model(spec, diagnostics));
+  }
+  std::vector<CapacityResult> results;
+  std::vector<const Model*> result_models;
+  for (const auto& req : capacity_requests(models, args.cache, args.deployment, contexts, at)) {
+    results.push_back(compute_capacity(req));
+    for (const auto& m : models) {
+      if (m.name == req.model.name) {
+        result_models.push_back(&m);
+      }
+    }
+    for (const auto& note : results.back().notes) {
+      diagnostics.warnings.push_back(req.model.name + " on " + req.gpu.name + ": " + note);
+    }
+  }
+  // Notes repeat across a sweep; say each once.
+  std::vector<std::string> unique;
+  for (const auto& w : diagnostics.warnings) {
+    if (std::find(unique.begin(), unique.end(), w) == unique.end()) {
+      unique.push_back(w);
+    }
+  }
+  warn(err, unique);
+
+  Rendered r;
+  r.json = json_header("capacity");
+  Json scenarios = Json::array();
+  Table t;
+  t.columns = {{"model", "model"},
+               {"gpu", "gpu"},
+               {"gpus", "gpus"},
+               {"tp", "tp"},
+               {"engine", "engine"},
+               {"weights/GPU", "weights_bytes_per_gpu"},
+               {"KV pool/GPU", "kv_pool_bytes_per_gpu"},
+               {"KV/token/GPU", "kv_bytes_per_token_per_gpu"},
+               {"KV tokens", "kv_tokens"},
+               {"blocks", "num_blocks"},
+               {"context", "context"},
+               {"max seqs", "max_sequences"},
+               {"concurrency", "max_concurrency"}};
+  Table csv = t;
+  std::vector<std::string> logs;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const CapacityResult& c = results[i];
+    const Model& m = *result_models[i];
+    auto scenario = [&](std::optional<ContextCapacity> at_context) {
+      Json s = Json::object();
+      s["model"] = m.name;
+      s["gpu"] = c.gpu;
+      s["engine"] = std::string(engine_name(c.engine));
+      s["gpus"] = c.parallel.gpus;
+      s["tp"] = c.parallel.tp;
+      s["pp"] = c.parallel.pp;
+      s["ep"] = c.parallel.ep;
+      s["dcp"] = c.parallel.dcp;
+      s["dp_attention"] = c.parallel.dp_attention;
+      s["replicas"] = c.replicas;
+      s["kv_pools"] = c.kv_pools;
+      s["weight_dtype"] = std::string(dtype_name(c.weight_dtype));
+      s["kv_cache"] = describe(c.cache);
+      s["memory_bytes_per_gpu"] = c.memory_bytes;
+      s["memory_fraction"] = c.engine == Engine::plain ? Json() : Json(c.memory_fraction);
+      s["weights_bytes_per_gpu"] = c.weights_bytes_per_gpu;
+      s["other_non_kv_bytes_per_gpu"] = c.other_non_kv_bytes_per_gpu;
+      s["non_kv_estimated"] = c.non_kv_estimated;
+      s["kv_pool_bytes_per_gpu"] = c.kv_pool_bytes_per_gpu;
+      s["kv_bytes_per_token_per_gpu"] = c.kv_bytes_per_token_per_gpu;
+      s["kv_tokens"] = c.kv_tokens;
+      s["block_size"] = c.block_size ? Json(c.block_size) : Json();
+      s["num_blocks"] = c.num_blocks ? Json(c.num_blocks) : Json();
+      s["max_batched_tokens"] = c.max_batched_tokens;
+      s["fits"] = c.fits;
+      s["reason"] = c.fits ? Json() : Json(c.reason);
+      if (at_context) {
+        s["context"] = at_context->tokens;
+        s["max_sequences"] = at_context->max_sequences;
+        s["max_concurrency"] = at_context->max_concurrency;
+        s["blocks_per_sequence"] =
+            at_context->blocks_per_sequence ? Json(at_context->blocks_per_sequence) : Json();
+        s["kv_bytes_per_sequence_per_gpu"] = at_context->bytes_per_sequence;
+      } else {
+        s["context"] = Json();
+      }
+      if (c.max_context_at) {
+        s["max_context_at"]["sequences"] = *at;
+        s["max_context_at"]["context"] = *c.max_context_at;
+        s["max_context_at"]["limited_by"] = c.max_context_capped ? "max_context" : "kv_cache";
+      }
+      if (args.explain) {
+        Json lines = Json::array();
+        for (const auto& line : c.derivation) {
+          lines.push_back(line);
+        }
+        s["derivation"] = std::move(lines);
+      }
+      scenarios.push_back(std::move(s));
+    };
+    auto row = [&](const ContextCapacity* x, Cell context) {
+      std::vector<Cell> cells{Cell::text(m.name),
+                              Cell::text(c.gpu),
+                              Cell::count(c.parallel.gpus),
+                              Cell::count(c.parallel.tp),
+                              Cell::text(std::string(engine_name(c.engine))),
+                              Cell::bytes(c.weights_bytes_per_gpu),
+                              c.fits ? Cell::bytes(c.kv_pool_bytes_per_gpu)
+                                     : Cell::text("does not fit"),
+                              Cell::bytes_exact(c.kv_bytes_per_token_per_gpu),
+                              c.fits ? Cell::count(c.kv_tokens) : Cell::empty(),
+                              c.num_blocks ? Cell::count(c.num_blocks) : Cell::empty(),
+                              std::move(context),
+                              x ? Cell::count(x->max_sequences) : Cell::empty(),
+                              x && c.fits ? Cell::ratio(x->max_concurrency) : Cell::empty()};
+      t.rows.push_back(cells);
+      csv.rows.push_back(std::move(cells));
+    };
+    for (const auto& x : c.contexts) {
+      scenario(x);
+      row(&x, Cell::text(context_text(x.tokens)));
+      if (c.engine == Engine::vllm && c.fits) {
+        logs.push_back(fmt::format("{} on {} (tp {}): GPU KV cache size: {} tokens; # GPU blocks: "
+                                   "{}; Maximum concurrency for {} tokens per request: {:.2f}x",
+                                   m.name, c.gpu, c.parallel.tp, group_digits(c.kv_tokens),
+                                   c.num_blocks, group_digits(x.tokens), x.max_concurrency));
+      }
+    }
+    if (c.contexts.empty()) {
+      scenario(std::nullopt);
+      row(nullptr, c.max_context_at ? Cell::count(*c.max_context_at) : Cell::empty());
+    }
+    if (!c.fits) {
+      t.notes.push_back(m.name + " on " + c.gpu + " (tp " + group_digits(c.parallel.tp) +
+                        "): " + c.reason);
+    }
+    if (c.max_context_at) {
+      t.notes.push_back(
+          m.name + " on " + c.gpu + " (tp " + group_digits(c.parallel.tp) +
+          "): longest context holding " + group_digits(*at) +
+          " sequences: " + group_digits(*c.max_context_at) + " tokens" +
+          (c.max_context_capped ? " (the model's max_context; the KV cache holds more)" : ""));
+    }
+    if (args.explain) {
+      r.text_after.emplace_back();
+      r.text_after.push_back(m.name + " on " + c.gpu + ", tp " + group_digits(c.parallel.tp) +
+                             ", " + std::string(engine_name(c.engine)) + ":");
+      r.text_after.insert(r.text_after.end(), c.derivation.begin(), c.derivation.end());
+    }
+  }
+  for (const auto& line : logs) {
+    t.notes.push_back(line);
+  }
+  bool estimated = std::any_of(results.begin(), results.end(),
+                               [](const CapacityResult& c) { return c.non_kv_estimated; });
+  if (estimated) {
+    t.notes.push_back("non-KV memory besides weights is kvcalc's estimate (docs/formulas.md); "
+                      "give --non-kv-memory or --kv-cache-memory from the engine's log for its "
+                      "exact figures");
+  }
+  r.json["scenarios"] = std::move(scenarios);
+  r.csv = std::move(csv);
+  r.tables.push_back(std::move(t));
+  emit(r, args.output, out);
+  return 0;
+}
+
+} // namespace kvcalc::cli

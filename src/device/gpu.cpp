@@ -1,0 +1,189 @@
+#include <kvcalc/device/gpu.hpp>
+
+#include <algorithm>
+#include <cctype>
+
+#include <kvcalc/core/spell.hpp>
+
+#include "../core/yaml_support.hpp"
+
+namespace kvcalc {
+
+std::optional<double> peak_flops(const Gpu& gpu, DType dtype) {
+  const PeakFlops& f = gpu.flops_per_s;
+  switch (dtype) {
+  case DType::fp32:
+    return f.fp32;
+  case DType::fp16:
+    return f.fp16;
+  case DType::bf16:
+    return f.bf16;
+  case DType::fp8_e4m3:
+  case DType::fp8_e5m2:
+    return f.fp8;
+  case DType::int8:
+  case DType::int4:
+    return f.int8;
+  case DType::nvfp4:
+  case DType::mxfp4:
+    return f.fp4;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+using detail::MapReader;
+
+Gpu read_gpu(const MapReader& r) {
+  r.allow_only({"name", "display_name", "aliases", "vendor", "architecture", "memory_bytes",
+                "memory_nominal_bytes", "memory_bandwidth_bytes_per_s", "flops_per_s", "sm_count",
+                "l2_bytes", "interconnect", "source"});
+  Gpu g;
+  g.name = r.required_text("name", "the registry key, e.g. h100-sxm");
+  g.display_name = r.text("display_name").value_or(g.name);
+  if (r.has("aliases")) {
+    YAML::Node aliases = r.node("aliases");
+    if (!aliases.IsSequence()) {
+      r.fail("aliases", "'aliases' must be a list of names");
+    }
+    for (const auto& a : aliases) {
+      g.aliases.push_back(a.as<std::string>());
+    }
+  }
+  g.vendor = r.required_text("vendor", "nvidia or amd");
+  g.architecture = r.required_text("architecture", "ampere, ada, hopper, blackwell, cdna3, ...");
+  g.memory_bytes = r.required_count("memory_bytes", "usable memory, as the driver reports it");
+  g.memory_nominal_bytes = r.required_count("memory_nominal_bytes", "memory as marketed");
+  auto bandwidth = r.number("memory_bandwidth_bytes_per_s");
+  if (!bandwidth || *bandwidth <= 0) {
+    r.fail("memory_bandwidth_bytes_per_s",
+           "'memory_bandwidth_bytes_per_s' is required and must be positive");
+  }
+  g.memory_bandwidth_bytes_per_s = *bandwidth;
+  auto flops = r.map("flops_per_s");
+  if (!flops) {
+    r.missing("flops_per_s", "dense peak FLOP/s per dtype");
+  }
+  flops->allow_only({"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"});
+  g.flops_per_s = {flops->number("fp32"), flops->number("tf32"), flops->number("bf16"),
+                   flops->number("fp16"), flops->number("fp8"),  flops->number("int8"),
+                   flops->number("fp4")};
+  if (!g.flops_per_s.bf16 && !g.flops_per_s.fp16) {
+    flops->fail("bf16", "a GPU needs at least a bf16 or fp16 dense peak");
+  }
+  g.sm_count = r.required_count("sm_count", "streaming multiprocessors (CUs on AMD)");
+  g.l2_bytes = r.required_count("l2_bytes", "last-level cache bytes");
+  auto link = r.map("interconnect");
+  if (!link) {
+    r.missing("interconnect", "kind and bytes_per_s of the GPU-to-GPU link");
+  }
+  link->allow_only({"kind", "bytes_per_s"});
+  g.interconnect = link->required_text("kind", "nvlink4, pcie5, infinity-fabric, ...");
+  auto link_rate = link->number("bytes_per_s");
+  if (!link_rate || *link_rate <= 0) {
+    link->fail("bytes_per_s", "'interconnect.bytes_per_s' is required and must be positive");
+  }
+  g.interconnect_bytes_per_s = *link_rate;
+  g.source = r.required_text("source", "where the figures come from");
+  if (g.memory_bytes == 0 || g.memory_nominal_bytes == 0) {
+    r.fail("memory_bytes", "memory sizes must be at least 1 byte");
+  }
+  return g;
+}
+
+std::string lower(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+} // namespace
+
+std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& file) {
+  YAML::Node root = detail::parse_yaml(text, file);
+  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
+  if (!root.IsMap()) {
+    throw InputError(SourceLocation{file, 1, 1},
+                     "a GPU catalog is a map with a 'gpus:' list (docs/gpu-catalog.md)");
+  }
+  MapReader top(root, "", locations);
+  top.allow_only({"gpus"});
+  YAML::Node list = top.node("gpus");
+  if (!list.IsSequence() || list.size() == 0) {
+    throw InputError(detail::location_of(root, file),
+                     "a GPU catalog needs a non-empty 'gpus:' list (docs/gpu-catalog.md)");
+  }
+  std::vector<Gpu> out;
+  std::vector<std::string> seen;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    MapReader entry(list[i], "gpus[" + std::to_string(i) + "]", locations);
+    Gpu g = read_gpu(entry);
+    std::vector<std::string> names{lower(g.name)};
+    for (const auto& a : g.aliases) {
+      names.push_back(lower(a));
+    }
+    for (const auto& n : names) {
+      if (std::find(seen.begin(), seen.end(), n) != seen.end()) {
+        entry.fail("name", "name or alias '" + n + "' is used by two GPUs in this catalog");
+      }
+      seen.push_back(n);
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+const std::vector<Gpu>& builtin_gpus() {
+  static const std::vector<Gpu> gpus = [] {
+    std::vector<Gpu> out;
+    for (const auto& file : builtin_gpu_files()) {
+      auto part = parse_gpu_catalog(std::string(file.text), std::string(file.path));
+      out.insert(out.end(), part.begin(), part.end());
+    }
+    return out;
+  }();
+  return gpus;
+}
+
+GpuCatalog::GpuCatalog(const std::string& extra_file) : m_gpus(builtin_gpus()) {
+  if (extra_file.empty()) {
+    return;
+  }
+  for (Gpu& g : parse_gpu_catalog(detail::read_text_file(extra_file), extra_file)) {
+    auto same =
+        std::find_if(m_gpus.begin(), m_gpus.end(), [&](const Gpu& b) { return b.name == g.name; });
+    if (same != m_gpus.end()) {
+      *same = std::move(g);
+    } else {
+      m_gpus.push_back(std::move(g));
+    }
+  }
+}
+
+const Gpu& GpuCatalog::find(std::string_view name) const {
+  std::string key = lower(name);
+  for (const Gpu& g : m_gpus) {
+    if (lower(g.name) == key) {
+      return g;
+    }
+  }
+  for (const Gpu& g : m_gpus) {
+    for (const auto& a : g.aliases) {
+      if (lower(a) == key) {
+        return g;
+      }
+    }
+  }
+  std::vector<std::string> names;
+  for (const Gpu& g : m_gpus) {
+    names.push_back(g.name);
+    names.insert(names.end(), g.aliases.begin(), g.aliases.end());
+  }
+  throw InputError("unknown GPU '" + std::string(name) + "'" + did_you_mean(name, names) +
+                   " (`kvcalc gpus` lists the catalog; --gpu-file adds your own)");
+}
+
+} // namespace kvcalc

@@ -1,0 +1,90 @@
+#include <kvcalc/kv/weights.hpp>
+
+namespace kvcalc {
+
+u64 tensor_bytes(const TensorGroup& t, DType dtype) {
+  u64 elements = checked_mul(t.rows, t.cols, "weight elements");
+  u64 one = 0;
+  switch (dtype) {
+  case DType::fp8_e4m3:
+  case DType::fp8_e5m2:
+    one = checked_add(elements, checked_mul(ceil_div(t.rows, 128) * ceil_div(t.cols, 128), 4));
+    break;
+  case DType::int8:
+    one = checked_add(elements, checked_mul(t.rows, 4));
+    break;
+  case DType::int4:
+    one = checked_add(ceil_div(elements, 2), checked_mul(t.rows * ceil_div(t.cols, 128), 2));
+    break;
+  case DType::nvfp4:
+    one = checked_add(ceil_div(elements, 2), checked_mul(t.rows, ceil_div(t.cols, 16))) + 4;
+    break;
+  case DType::mxfp4:
+    one = checked_add(ceil_div(elements, 2), checked_mul(t.rows, ceil_div(t.cols, 32)));
+    break;
+  default:
+    one = dtype_storage_bytes(dtype, elements);
+    break;
+  }
+  return checked_mul(one, t.count, "weight bytes");
+}
+
+DType tensor_dtype(const Model& m, const TensorGroup& t, DType weight_dtype) {
+  bool covered = t.linear && (m.quantized_weights == QuantizedWeights::linear ||
+                              t.place == TensorPlace::expert);
+  return covered ? weight_dtype : m.dtype;
+}
+
+WeightBytes weight_bytes(const Model& m, const ParamCount& params,
+                         std::optional<DType> weight_dtype, const WeightSharding& s) {
+  DType dtype = weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
+  WeightBytes out;
+  u64 layer_bytes = 0; // per GPU, all layers of one copy, before the pipeline split
+  u64 embedding = 0;
+  u64 head = 0;
+  u64 mtp = 0;
+  for (const TensorGroup& t : params.tensors) {
+    if (t.mtp && !s.mtp) {
+      continue;
+    }
+    u64 bytes = tensor_bytes(t, tensor_dtype(m, t, dtype));
+    out.total = checked_add(out.total, bytes, "weight bytes");
+    // Vectors (norms, biases) are replicated; matrices are split.
+    u64 shards = 1;
+    if (t.rows > 1) {
+      switch (t.place) {
+      case TensorPlace::expert:
+        shards = s.ep;
+        break;
+      case TensorPlace::layer:
+        shards = t.name.starts_with("attention.") ? s.attention_tp : s.tp;
+        break;
+      default:
+        shards = s.tp; // vocab-parallel embedding and head
+        break;
+      }
+    }
+    u64 share = ceil_div(bytes, shards);
+    if (t.place == TensorPlace::expert) {
+      out.experts = checked_add(out.experts, bytes);
+    }
+    if (t.mtp) {
+      mtp += share;
+    } else if (t.place == TensorPlace::embedding) {
+      embedding += share;
+    } else if (t.place == TensorPlace::lm_head) {
+      head += share;
+    } else {
+      layer_bytes += share;
+    }
+  }
+  // Pipeline: the busiest stage holds ⌈layers / pp⌉ layers; the first stage also holds the
+  // embedding, the last the head (and MTP). One stage holds them all when pp = 1.
+  u64 stage_layers = ceil_div(m.layers, s.pp);
+  u64 stage = ceil_div(checked_mul(layer_bytes, stage_layers), m.layers);
+  out.per_gpu =
+      s.pp == 1 ? stage + embedding + head + mtp : stage + std::max(embedding, head + mtp);
+  return out;
+}
+
+} // namespace kvcalc

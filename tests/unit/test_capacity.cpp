@@ -1,0 +1,210 @@
+#include <catch2/catch.hpp>
+
+#include <kvcalc/core/units.hpp>
+#include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/model/loader.hpp>
+#include <kvcalc/model/registry.hpp>
+
+using namespace kvcalc;
+
+namespace {
+
+const Gpu& gpu(const char* name) {
+  static const GpuCatalog catalog;
+  return catalog.find(name);
+}
+
+CapacityRequest request(const Model& m, const char* gpu_name, Engine engine,
+                        std::vector<u64> contexts) {
+  CapacityRequest r;
+  r.model = m;
+  r.gpu = gpu(gpu_name);
+  r.engine.engine = engine;
+  r.contexts = std::move(contexts);
+  return r;
+}
+
+const Model& zoo(const char* name) {
+  return *find_builtin_model(name);
+}
+
+// Qwen3-14B (not bundled): 40 layers, 8 KV heads of 128.
+Model qwen3_14b() {
+  return parse_model_yaml(R"(name: qwen3-14b
+source: https://huggingface.co/Qwen/Qwen3-14B/blob/main/config.json
+layers: 40
+hidden_size: 5120
+vocab_size: 151936
+max_context: 40960
+attention: {kind: gqa, heads: 40, kv_heads: 8, head_dim: 128, qk_norm: true}
+mlp: {intermediate_size: 17408}
+)",
+                          "qwen3-14b.yaml");
+}
+
+} // namespace
+
+// vLLM logged "Available KV cache memory: 6.51 GiB", "GPU KV cache size: 42,656 tokens",
+// "Maximum concurrency for 32,768 tokens per request: 1.30x" (LMCache issue 1739).
+// page = 16 x 2 x 8 x 128 x 2 B = 65,536 B; 6.51 GiB // 65,536 // 40 layers = 2,666 blocks;
+// 2,666 x 16 = 42,656 tokens; 2,666 / cdiv(32,768, 16) = 1.30.
+TEST_CASE("vLLM anchor: Qwen3-14B from the logged pool", "[capacity][vllm]") {
+  auto req = request(qwen3_14b(), "h100-sxm", Engine::vllm, {32768});
+  req.engine.kv_cache_bytes = parse_bytes("6.51GiB", "--kv-cache-memory");
+  CapacityResult r = compute_capacity(req);
+  CHECK(r.num_blocks == 2666);
+  CHECK(r.kv_tokens == 42656);
+  CHECK(r.contexts[0].blocks_per_sequence == 2048);
+  CHECK(r.contexts[0].max_concurrency == Approx(2666.0 / 2048.0));
+  CHECK(r.contexts[0].max_sequences == 1);
+}
+
+// vLLM hybrid allocator: gpt-oss-120b has 18 sliding (W = 128) and 18 full layers: two groups
+// of 18 share one pool. Logged 5.38 GiB (5.3826 unrounded) and 78,384 tokens (hf-mem issue 60):
+// page 32,768 B; 5.3826 GiB // 32,768 // 18 = 9,798 blocks; 9,798 // 2 groups x 16 = 78,384.
+TEST_CASE("vLLM anchor: gpt-oss-120b hybrid groups", "[capacity][vllm]") {
+  auto req = request(zoo("gpt-oss-120b"), "h100-sxm", Engine::vllm, {131072});
+  req.engine.kv_cache_bytes = parse_bytes("5.3826GiB", "--kv-cache-memory");
+  CapacityResult r = compute_capacity(req);
+  CHECK(r.num_blocks == 9798);
+  CHECK(r.kv_tokens == 78384);
+  // Per request: cdiv(131,072, 16) full blocks + cdiv(min(127 + 8,192, 131,072), 16) + 1
+  // sliding blocks = 8,192 + 521.
+  CHECK(r.contexts[0].blocks_per_sequence == 8192 + 521);
+}
+
+// Gemma-3-27B on one H200, vLLM defaults: 10 full + 52 sliding (W = 1,024) layers give group
+// size 10: 1 full group and 6 sliding groups. At 32k with 8,192 batched tokens a request needs
+// 2,048 + 6 x (cdiv(1,023 + 8,192, 16) + 1) = 2,048 + 6 x 577 = 5,510 blocks.
+TEST_CASE("vLLM groups for 5:1 local:global layers", "[capacity][vllm]") {
+  CapacityResult r = compute_capacity(request(zoo("gemma-3-27b"), "h200", Engine::vllm, {32768}));
+  CHECK(r.max_batched_tokens == 8192);
+  CHECK(r.contexts[0].blocks_per_sequence == 5510);
+  CHECK(r.kv_tokens == r.num_blocks / 7 * 16);
+  CHECK(r.contexts[0].max_concurrency == Approx(static_cast<double>(r.num_blocks) / 5510));
+}
+
+// The whole vLLM budget, by hand, for Llama-3.1-8B on an RTX 3090 (24 GiB = 25,769,803,776 B):
+//   requested = floor(25,769,803,776 x 0.9) = 23,192,823,398
+//   weights = 8,030,261,248 x 2 = 16,060,522,496
+//   reserve = 2,048 tokens x (4 x 4,096 + 2 x 14,336) x 2 B + 256 x 128,256 x 4 B + 512 MiB
+//           = 184,549,376 + 131,334,144 + 536,870,912 = 852,754,432
+//   pool = 23,192,823,398 - 16,913,276,928 = 6,279,546,470
+//   blocks = 6,279,546,470 // 65,536 // 32 = 2,994; tokens = 47,904; at 20,000: 2,994 / 1,250.
+TEST_CASE("vLLM budget by hand: Llama-3.1-8B on an RTX 3090", "[capacity][vllm]") {
+  auto req = request(zoo("llama-3.1-8b"), "rtx-3090", Engine::vllm, {20000});
+  req.engine.memory_fraction = 0.9;
+  CapacityResult r = compute_capacity(req);
+  CHECK(r.budget_bytes == 23192823398ULL);
+  CHECK(r.weights_bytes_per_gpu == 16060522496ULL);
+  CHECK(r.other_non_kv_bytes_per_gpu == 852754432ULL);
+  CHECK(r.kv_pool_bytes_per_gpu == 6279546470ULL);
+  CHECK(r.num_blocks == 2994);
+  CHECK(r.kv_tokens == 47904);
+  CHECK(r.contexts[0].max_concurrency == Approx(2994.0 / 1250.0));
+  CHECK(r.contexts[0].max_sequences == 2);
+}
+
+TEST_CASE("SGLang mem_fraction_static follows its GPU rule", "[capacity][sglang]") {
+  // H100: 81,559 MiB; reserved 512 + 8,192 x 1.5 + 256 x 2 + 1/8 x 1,024 = 13,440 MiB.
+  CHECK(sglang_mem_fraction_static(gpu("h100-sxm"), 1, 1, false) == Approx(0.835));
+  CHECK(sglang_mem_fraction_static(gpu("h200"), 1, 1, false) == Approx(0.907));
+  CHECK(sglang_mem_fraction_static(gpu("h200"), 8, 1, false) == Approx(0.897));
+}
+
+TEST_CASE("SGLang is token-granular over a cell of all layers", "[capacity][sglang]") {
+  // DeepSeek-V3: cell = 61 x 576 x 2 B = 70,272 B, the latent on every rank.
+  auto req = request(zoo("deepseek-v3"), "h200", Engine::sglang, {131072});
+  req.parallel.tp = 8;
+  req.engine.kv_cache_bytes = 10ULL << 30;
+  CapacityResult r = compute_capacity(req);
+  CHECK(r.kv_bytes_per_token_per_gpu == 70272);
+  CHECK(r.kv_tokens == (10ULL << 30) / 70272);
+  CHECK(r.contexts[0].max_sequences == (10ULL << 30) / 70272 / 131072);
+  CHECK(r.block_size == 0);
+}
+
+// TensorRT-LLM: Llama-3.1-70B at TP 4: ceil(8 / 4) = 2 KV heads per rank:
+// 80 x 2 x 2 x 128 x 2 B = 81,920 B per token. With 40 GiB measured peak on an H100:
+// kv = floor((85,520,809,984 - 42,949,672,960) x 0.9) = 38,314,023,321 B.
+TEST_CASE("TensorRT-LLM takes its fraction of what is free after the peak", "[capacity][trtllm]") {
+  auto req = request(zoo("llama-3.1-70b"), "h100-sxm", Engine::trtllm, {8192});
+  req.parallel.tp = 4;
+  req.engine.non_kv_bytes = 40ULL << 30;
+  CapacityResult r = compute_capacity(req);
+  CHECK(r.kv_bytes_per_token_per_gpu == 81920);
+  CHECK(r.kv_pool_bytes_per_gpu == 38314023321ULL);
+  CHECK(r.kv_tokens == 38314023321ULL / 81920);
+  CHECK(r.block_size == 32);
+  CHECK(r.num_blocks == (r.kv_tokens + 31) / 32);
+  CHECK(r.contexts[0].max_sequences == r.num_blocks / 256);
+}
+
+TEST_CASE("tensor parallelism splits GQA heads and replicates the MLA latent", "[capacity][tp]") {
+  auto llama = request(zoo("llama-3.1-70b"), "h100-sxm", Engine::plain, {4096});
+  llama.parallel.tp = 16;
+  llama.parallel.gpus = 16;
+  // 8 KV heads over 16 ranks: one head per rank, replicated.
+  CHECK(compute_capacity(llama).kv_bytes_per_token_per_gpu == 80ULL * 2 * 1 * 128 * 2);
+  llama.parallel.tp = 3;
+  llama.parallel.gpus = 3;
+  CHECK_THROWS_WITH(compute_capacity(llama), Catch::Contains("cannot be split"));
+
+  auto v3 = request(zoo("deepseek-v3"), "h200", Engine::plain, {131072});
+  v3.parallel.tp = 8;
+  CapacityResult tp8 = compute_capacity(v3);
+  CHECK(tp8.kv_bytes_per_token_per_gpu == 70272); // 8 copies of the latent
+  CHECK(tp8.kv_pools == 1);
+  v3.parallel.dp_attention = true;
+  CapacityResult dp = compute_capacity(v3);
+  CHECK(dp.kv_pools == 8);                                     // each rank its own sequences
+  CHECK(dp.weights_bytes_per_gpu > tp8.weights_bytes_per_gpu); // attention replicated
+  CHECK(dp.contexts[0].max_sequences % 8 == 0);
+  v3.parallel.dp_attention = false;
+  v3.parallel.dcp = 8;
+  CapacityResult dcp = compute_capacity(v3);
+  // Each of the 8 ranks holds every 8th token: the same pool holds 8x the tokens.
+  CHECK(dcp.kv_pool_bytes_per_gpu == tp8.kv_pool_bytes_per_gpu);
+  CHECK(dcp.kv_tokens == tp8.kv_tokens * 8);
+  CHECK(dcp.contexts[0].max_sequences >= 7 * tp8.contexts[0].max_sequences);
+}
+
+TEST_CASE("weights that do not fit say so", "[capacity]") {
+  CapacityResult r =
+      compute_capacity(request(zoo("llama-3.1-405b"), "h100-sxm", Engine::plain, {4096}));
+  CHECK_FALSE(r.fits);
+  CHECK(r.reason.find("the weights alone") != std::string::npos);
+  CHECK(r.contexts[0].max_sequences == 0);
+}
+
+TEST_CASE("the longest context at a concurrency is the boundary", "[capacity]") {
+  auto req = request(zoo("llama-3.1-8b"), "h100-sxm", Engine::plain, {});
+  req.max_context_at = 64;
+  CapacityResult r = compute_capacity(req);
+  REQUIRE(r.max_context_at);
+  u64 l = *r.max_context_at;
+  // plain: sequences = pool // (131,072 x L).
+  CHECK(r.kv_pool_bytes_per_gpu / (131072 * l) >= 64);
+  CHECK(r.kv_pool_bytes_per_gpu / (131072 * (l + 1)) < 64);
+  REQUIRE(r.contexts.size() == 1);
+  CHECK(r.contexts[0].tokens == l);
+}
+
+TEST_CASE("fp8 weights carry one fp32 scale per 128 x 128 block", "[capacity][weights]") {
+  // Llama-3.1-8B: 6,979,321,856 linear weights in fp8 + 425,984 block scales x 4 B; the
+  // embedding, head and norms (1,050,939,392) stay bf16: 9,082,904,576 B.
+  const Model& m = zoo("llama-3.1-8b");
+  WeightBytes w = weight_bytes(m, count_params(m), DType::fp8_e4m3, {});
+  CHECK(w.total == 9082904576ULL);
+  // DeepSeek-V3 with its MTP module: 41,540,496 scales, as its checkpoint stores.
+  const Model& v3 = zoo("deepseek-v3");
+  ParamCount p = count_params(v3);
+  u64 linear = 0;
+  u64 other = 0;
+  for (const auto& t : p.tensors) {
+    (t.linear ? linear : other) += t.params();
+  }
+  WeightSharding with_mtp;
+  with_mtp.mtp = true;
+  CHECK(weight_bytes(v3, p, std::nullopt, with_mtp).total == linear + 41540496ULL * 4 + other * 2);
+}
