@@ -215,6 +215,18 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   add_deployment_options(capacity_cmd, capacity.deployment);
   add_output_options(capacity_cmd, capacity.output);
 
+  cli::PlanArgs plan;
+  auto* plan_cmd = app.add_subcommand(
+      "plan", "Check a capacity plan's requirements; exit 3 when any fails (for CI)");
+  plan_cmd->add_option("file", plan.file, "Plan YAML (docs/capacity-plans.md)")
+      ->type_name("PLAN")
+      ->required();
+  plan_cmd->add_option("--report", plan.report, "Also write a Markdown report to FILE")
+      ->type_name("FILE");
+  plan_cmd->add_option("--json", plan.json, "Also write the JSON result to FILE")
+      ->type_name("FILE");
+  add_output_options(plan_cmd, plan.output);
+
   cli::GpusArgs gpus;
   auto* gpus_cmd = app.add_subcommand("gpus", "List the GPU catalog");
   gpus_cmd->add_option("--gpu-file", gpus.gpu_file, "Add the GPUs of your own catalog YAML")
@@ -256,6 +268,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
   if (capacity_cmd->parsed()) {
     return cli::run_capacity(capacity, out, err);
+  }
+  if (plan_cmd->parsed()) {
+    return cli::run_plan(plan, out, err);
   }
   if (gpus_cmd->parsed()) {
     return cli::run_gpus(gpus, out, err);

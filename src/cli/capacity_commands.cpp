@@ -308,7 +308,8 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
       }
       scenarios.push_back(std::move(s));
     };
-    auto row = [&](const ContextCapacity* x, Cell context) {
+    auto row = [&](const ContextCapacity* x, std::optional<u64> tokens) {
+      Cell context = tokens ? Cell::text(context_text(*tokens)) : Cell::empty();
       std::vector<Cell> cells{Cell::text(m.name),
                               Cell::text(c.gpu),
                               Cell::count(c.parallel.gpus),
@@ -324,11 +325,12 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
                               x ? Cell::count(x->max_sequences) : Cell::empty(),
                               x && c.fits ? Cell::ratio(x->max_concurrency) : Cell::empty()};
       t.rows.push_back(cells);
+      cells[10] = tokens ? Cell::count(*tokens) : Cell::empty(); // CSV: exact tokens
       csv.rows.push_back(std::move(cells));
     };
     for (const auto& x : c.contexts) {
       scenario(x);
-      row(&x, Cell::text(context_text(x.tokens)));
+      row(&x, x.tokens);
       if (c.engine == Engine::vllm && c.fits) {
         logs.push_back(fmt::format("{} on {} (tp {}): GPU KV cache size: {} tokens; # GPU blocks: "
                                    "{}; Maximum concurrency for {} tokens per request: {:.2f}x",
@@ -338,7 +340,7 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
     }
     if (c.contexts.empty()) {
       scenario(std::nullopt);
-      row(nullptr, c.max_context_at ? Cell::count(*c.max_context_at) : Cell::empty());
+      row(nullptr, c.max_context_at);
     }
     if (!c.fits) {
       t.notes.push_back(m.name + " on " + c.gpu + " (tp " + group_digits(c.parallel.tp) +

@@ -70,6 +70,13 @@ struct CapacityArgs {
   OutputOptions output;
 };
 
+struct PlanArgs {
+  std::string file;
+  std::string report; ///< markdown report file
+  std::string json;   ///< JSON result file
+  OutputOptions output;
+};
+
 struct GpusArgs {
   std::string gpu_file;
   OutputOptions output;
@@ -107,6 +114,7 @@ std::vector<CapacityRequest> capacity_requests(const std::vector<Model>& models,
                                                std::vector<u64> contexts,
                                                std::optional<u64> max_context_at);
 int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err);
+int run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err);
 int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& err);
 /// The cache request of the cache options (shared by footprint, compare, capacity).
 CacheRequest cache_request(const CacheOptions& options);

@@ -79,7 +79,7 @@ std::string MapReader::path_of(std::string_view key) const {
   return m_path.empty() ? std::string(key) : m_path + "." + std::string(key);
 }
 
-void MapReader::allow_only(std::initializer_list<std::string_view> keys) const {
+void MapReader::allow_only(std::span<const std::string_view> keys) const {
   std::vector<std::string> allowed(keys.begin(), keys.end());
   for (const auto& entry : m_map) {
     auto key = entry.first.as<std::string>();

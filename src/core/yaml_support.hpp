@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -48,7 +49,10 @@ public:
   MapReader(YAML::Node map, std::string path, std::shared_ptr<LocationMap> locations);
 
   /// Every key of the map must be one of `keys`; an unknown one is an error with a did-you-mean.
-  void allow_only(std::initializer_list<std::string_view> keys) const;
+  void allow_only(std::span<const std::string_view> keys) const;
+  void allow_only(std::initializer_list<std::string_view> keys) const {
+    allow_only(std::span<const std::string_view>(keys.begin(), keys.size()));
+  }
 
   /// True when the key is present and not null.
   [[nodiscard]] bool has(std::string_view key) const;

@@ -8,10 +8,10 @@ using namespace kvcalc;
 
 TEST_CASE("the catalog has every required GPU with every field", "[device]") {
   GpuCatalog catalog;
-  for (const char* name : {"a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-40gb", "a100-pcie-80gb",
-                           "h100-sxm", "h100-pcie", "h100-nvl", "h800", "h20", "h200", "b200",
-                           "gb200", "l40s", "l4", "rtx-3090", "rtx-4090", "rtx-5090", "mi300x",
-                           "mi325x"}) {
+  for (const char* name :
+       {"a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "h100-sxm",
+        "h100-pcie", "h100-nvl", "h800", "h20", "h200", "b200", "gb200", "l40s", "l4", "rtx-3090",
+        "rtx-4090", "rtx-5090", "mi300x", "mi325x"}) {
     INFO(name);
     const Gpu& g = catalog.find(name);
     CHECK(g.name == name);

@@ -1,0 +1,68 @@
+#pragma once
+/// Capacity plans for CI: scenarios (model, GPUs, parallelism, engine, dtypes) with
+/// requirements, each checked against compute_capacity (docs/capacity-plans.md).
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/model/loader.hpp>
+
+namespace kvcalc {
+
+enum class RequirementKind {
+  min_sequences, ///< at least `value` sequences of `context` tokens fit
+  min_context,   ///< at `sequences` concurrent sequences, contexts of at least `value` fit
+  max_kv_share,  ///< the KV pool is at most `share` of each GPU's memory
+  min_kv_share,  ///< the KV pool is at least `share` of each GPU's memory
+  min_kv_tokens, ///< the pool holds at least `value` tokens
+  fits,          ///< the weights and the reserve fit at all
+};
+
+struct Requirement {
+  RequirementKind kind = RequirementKind::fits;
+  u64 value = 0;     ///< sequences, tokens, or context, by kind
+  u64 context = 0;   ///< min_sequences: at this context
+  u64 sequences = 0; ///< min_context: at this concurrency
+  double share = 0;  ///< max_kv_share / min_kv_share
+  SourceLocation where;
+};
+
+struct PlanScenario {
+  std::string name;
+  std::string model; ///< name or path, resolved against the plan's folder
+  std::string gpu;
+  CapacityRequest request; ///< model and gpu filled in when evaluated
+  std::vector<Requirement> requirements;
+  SourceLocation where;
+};
+
+struct Plan {
+  std::string file;
+  std::string gpu_file; ///< optional user catalog, relative to the plan
+  std::vector<PlanScenario> scenarios;
+};
+
+/// Parses a plan; every error is an InputError at file:line:col.
+[[nodiscard]] Plan parse_plan(const std::string& text, const std::string& file);
+
+struct RequirementResult {
+  Requirement requirement;
+  bool passed = false;
+  std::string text;   ///< "≥ 16 sequences at 131,072 tokens"
+  std::string actual; ///< "48"
+};
+
+struct ScenarioResult {
+  const PlanScenario* scenario = nullptr;
+  Model model;
+  CapacityResult capacity;
+  std::vector<RequirementResult> requirements;
+  [[nodiscard]] bool passed() const;
+};
+
+/// Loads each scenario's model and GPU and checks its requirements.
+[[nodiscard]] std::vector<ScenarioResult> evaluate_plan(const Plan& plan, Diagnostics& diagnostics);
+
+} // namespace kvcalc

@@ -1,0 +1,341 @@
+#include <kvcalc/plan/plan.hpp>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include <kvcalc/core/units.hpp>
+
+#include "../core/yaml_support.hpp"
+
+namespace kvcalc {
+
+namespace {
+
+using detail::MapReader;
+
+/// Parses a string value with `parse`, moving its error to the value's location.
+template <class F> auto located(const MapReader& r, std::string_view key, F&& parse) {
+  try {
+    return parse(*r.text(key));
+  } catch (const InputError& e) {
+    throw InputError(r.where(key), e.what());
+  }
+}
+
+constexpr std::array<std::string_view, 24> k_setting_keys{"model",
+                                                          "gpu",
+                                                          "gpus",
+                                                          "tp",
+                                                          "pp",
+                                                          "ep",
+                                                          "dcp",
+                                                          "dp_attention",
+                                                          "engine",
+                                                          "gpu_memory_utilization",
+                                                          "mem_fraction_static",
+                                                          "free_gpu_memory_fraction",
+                                                          "block_size",
+                                                          "max_batched_tokens",
+                                                          "max_seqs",
+                                                          "reserve",
+                                                          "non_kv_memory",
+                                                          "kv_cache_memory",
+                                                          "kv_dtype",
+                                                          "kv_scale",
+                                                          "kv_scale_dtype",
+                                                          "mla_cache",
+                                                          "weight_dtype",
+                                                          "mtp"};
+
+/// Applies the settings present in `r` over `s`.
+void read_settings(const MapReader& r, PlanScenario& s) {
+  CapacityRequest& q = s.request;
+  if (r.has("model")) {
+    s.model = *r.text("model");
+  }
+  if (r.has("gpu")) {
+    s.gpu = *r.text("gpu");
+  }
+  auto count = [&](std::string_view key, u64& into) {
+    if (r.has(key)) {
+      into = located(r, key, [&](const std::string& t) { return parse_count(t, key); });
+    }
+  };
+  count("gpus", q.parallel.gpus);
+  count("tp", q.parallel.tp);
+  count("pp", q.parallel.pp);
+  count("ep", q.parallel.ep);
+  count("dcp", q.parallel.dcp);
+  if (auto dp = r.flag("dp_attention")) {
+    q.parallel.dp_attention = *dp;
+  }
+  if (r.has("engine")) {
+    q.engine.engine = located(r, "engine", [](const std::string& t) { return parse_engine(t); });
+  }
+  struct Fraction {
+    std::string_view key;
+    Engine engine;
+  };
+  for (const Fraction& f : {Fraction{"gpu_memory_utilization", Engine::vllm},
+                            Fraction{"mem_fraction_static", Engine::sglang},
+                            Fraction{"free_gpu_memory_fraction", Engine::trtllm}}) {
+    if (r.has(f.key)) {
+      q.engine.memory_fraction = located(
+          r, f.key, [&](const std::string& t) { return parse_fraction(t, f.key, 0.0, 1.0); });
+      if (q.engine.engine != f.engine) {
+        r.fail(f.key, std::string(f.key) + " belongs to engine " +
+                          std::string(engine_name(f.engine)) +
+                          "; set engine: " + std::string(engine_name(f.engine)) + " first");
+      }
+    }
+  }
+  auto optional_count = [&](std::string_view key, std::optional<u64>& into) {
+    if (r.has(key)) {
+      into = located(r, key, [&](const std::string& t) { return parse_count(t, key); });
+    }
+  };
+  optional_count("block_size", q.engine.block_size);
+  optional_count("max_batched_tokens", q.engine.max_batched_tokens);
+  optional_count("max_seqs", q.engine.max_seqs);
+  auto optional_bytes = [&](std::string_view key, std::optional<u64>& into) {
+    if (r.has(key)) {
+      into = located(r, key, [&](const std::string& t) { return parse_bytes(t, key); });
+    }
+  };
+  optional_bytes("reserve", q.engine.reserve_bytes);
+  optional_bytes("non_kv_memory", q.engine.non_kv_bytes);
+  optional_bytes("kv_cache_memory", q.engine.kv_cache_bytes);
+  auto dtype = [&](std::string_view key, std::optional<DType>& into) {
+    if (r.has(key)) {
+      into = located(r, key, [&](const std::string& t) { return parse_dtype(t, key); });
+    }
+  };
+  dtype("kv_dtype", q.cache.dtype);
+  dtype("kv_scale_dtype", q.cache.scale_dtype);
+  dtype("weight_dtype", q.weight_dtype);
+  if (r.has("kv_scale")) {
+    auto [granularity, group] =
+        located(r, "kv_scale", [](const std::string& t) { return parse_scale(t); });
+    q.cache.scale = granularity;
+    if (granularity == ScaleGranularity::per_group) {
+      q.cache.scale_group = group;
+    }
+  }
+  if (r.has("mla_cache")) {
+    q.cache.mla_format =
+        located(r, "mla_cache", [](const std::string& t) { return parse_mla_format(t); });
+  }
+  if (auto mtp = r.flag("mtp")) {
+    q.mtp = *mtp;
+  }
+}
+
+Requirement read_requirement(const MapReader& r) {
+  r.allow_only({"min_sequences", "context", "min_context", "sequences", "max_kv_share",
+                "min_kv_share", "min_kv_tokens", "fits"});
+  Requirement q;
+  q.where = detail::location_of(r.yaml(), r.locations()->file());
+  auto count = [&](std::string_view key) {
+    return located(r, key, [&](const std::string& t) { return parse_count(t, key); });
+  };
+  auto share = [&](std::string_view key) {
+    return located(r, key, [&](const std::string& t) { return parse_fraction(t, key, 0, 1); });
+  };
+  int kinds = 0;
+  for (std::string_view key :
+       {"min_sequences", "min_context", "max_kv_share", "min_kv_share", "min_kv_tokens", "fits"}) {
+    kinds += r.has(key) ? 1 : 0;
+  }
+  if (kinds != 1) {
+    throw InputError(q.where, "each requirement states exactly one of min_sequences (with "
+                              "context), min_context (with sequences), max_kv_share, "
+                              "min_kv_share, min_kv_tokens, fits");
+  }
+  if (r.has("min_sequences")) {
+    q.kind = RequirementKind::min_sequences;
+    q.value = count("min_sequences");
+    if (!r.has("context")) {
+      throw InputError(q.where, "min_sequences needs 'context': the tokens of each sequence");
+    }
+    q.context = count("context");
+  } else if (r.has("min_context")) {
+    q.kind = RequirementKind::min_context;
+    q.value = count("min_context");
+    if (!r.has("sequences")) {
+      throw InputError(q.where, "min_context needs 'sequences': how many run at once");
+    }
+    q.sequences = count("sequences");
+  } else if (r.has("max_kv_share") || r.has("min_kv_share")) {
+    bool max = r.has("max_kv_share");
+    q.kind = max ? RequirementKind::max_kv_share : RequirementKind::min_kv_share;
+    q.share = share(max ? "max_kv_share" : "min_kv_share");
+  } else if (r.has("min_kv_tokens")) {
+    q.kind = RequirementKind::min_kv_tokens;
+    q.value = count("min_kv_tokens");
+  } else {
+    q.kind = RequirementKind::fits;
+    if (!*r.flag("fits")) {
+      r.fail("fits", "'fits: false' is not a requirement; use 'fits: true' or drop it");
+    }
+  }
+  for (std::string_view key : {"context", "sequences"}) {
+    bool allowed = (key == "context" && q.kind == RequirementKind::min_sequences) ||
+                   (key == "sequences" && q.kind == RequirementKind::min_context);
+    if (r.has(key) && !allowed) {
+      r.fail(key, "'" + std::string(key) + "' does not apply to this requirement");
+    }
+  }
+  return q;
+}
+
+} // namespace
+
+Plan parse_plan(const std::string& text, const std::string& file) {
+  YAML::Node root = detail::parse_yaml(text, file);
+  if (!root.IsDefined() || root.IsNull()) {
+    throw InputError(SourceLocation{file, 0, 0}, "the plan is empty (docs/capacity-plans.md)");
+  }
+  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
+  MapReader top(root, "", locations);
+  top.allow_only({"defaults", "scenarios", "gpu_file"});
+  Plan plan;
+  plan.file = file;
+  std::filesystem::path base = std::filesystem::path(file).parent_path();
+  if (auto gpu_file = top.text("gpu_file")) {
+    plan.gpu_file = (base / *gpu_file).string();
+  }
+  PlanScenario defaults;
+  defaults.gpu = "h100-sxm";
+  if (auto d = top.map("defaults")) {
+    d->allow_only(k_setting_keys);
+    read_settings(*d, defaults);
+  }
+  YAML::Node list = top.node("scenarios");
+  if (!list.IsDefined() || !list.IsSequence() || list.size() == 0) {
+    throw InputError(detail::location_of(root, file),
+                     "a plan needs a non-empty 'scenarios:' list (docs/capacity-plans.md)");
+  }
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    MapReader r(list[i], "scenarios[" + std::to_string(i) + "]", locations);
+    std::vector<std::string_view> keys(k_setting_keys.begin(), k_setting_keys.end());
+    keys.push_back("name");
+    keys.push_back("require");
+    r.allow_only(keys);
+    PlanScenario s = defaults;
+    s.where = detail::location_of(list[i], file);
+    read_settings(r, s);
+    s.name = r.text("name").value_or("scenario " + std::to_string(i + 1));
+    if (s.model.empty()) {
+      throw InputError(s.where, "scenario '" + s.name + "' has no 'model' (here or in defaults)");
+    }
+    // A model given as a relative path is relative to the plan's folder.
+    if (s.model.find('/') != std::string::npos && !std::filesystem::path(s.model).is_absolute()) {
+      s.model = (base / s.model).string();
+    }
+    YAML::Node require = r.node("require");
+    if (!require.IsDefined() || !require.IsSequence() || require.size() == 0) {
+      throw InputError(s.where, "scenario '" + s.name + "' needs a non-empty 'require:' list");
+    }
+    for (std::size_t k = 0; k < require.size(); ++k) {
+      MapReader q(require[k], r.path_of("require") + "[" + std::to_string(k) + "]", locations);
+      s.requirements.push_back(read_requirement(q));
+    }
+    plan.scenarios.push_back(std::move(s));
+  }
+  return plan;
+}
+
+bool ScenarioResult::passed() const {
+  return std::all_of(requirements.begin(), requirements.end(),
+                     [](const RequirementResult& r) { return r.passed; });
+}
+
+namespace {
+
+std::string percent(double f) {
+  return fmt::format("{:.1f}%", f * 100);
+}
+
+} // namespace
+
+std::vector<ScenarioResult> evaluate_plan(const Plan& plan, Diagnostics& diagnostics) {
+  GpuCatalog catalog(plan.gpu_file);
+  std::vector<ScenarioResult> out;
+  for (const PlanScenario& s : plan.scenarios) {
+    ScenarioResult res;
+    res.scenario = &s;
+    CapacityRequest req = s.request;
+    try {
+      res.model = load_model(s.model, diagnostics);
+      req.model = res.model;
+      req.gpu = catalog.find(s.gpu);
+      for (const Requirement& q : s.requirements) {
+        if (q.kind == RequirementKind::min_sequences &&
+            std::find(req.contexts.begin(), req.contexts.end(), q.context) == req.contexts.end()) {
+          req.contexts.push_back(q.context);
+        }
+      }
+      res.capacity = compute_capacity(req);
+    } catch (const InputError& e) {
+      throw InputError(s.where, "scenario '" + s.name + "': " + e.what());
+    }
+    const CapacityResult& c = res.capacity;
+    double share =
+        static_cast<double>(c.kv_pool_bytes_per_gpu) / static_cast<double>(c.memory_bytes);
+    for (const Requirement& q : s.requirements) {
+      RequirementResult rr;
+      rr.requirement = q;
+      switch (q.kind) {
+      case RequirementKind::min_sequences: {
+        auto at = std::find_if(c.contexts.begin(), c.contexts.end(),
+                               [&](const ContextCapacity& x) { return x.tokens == q.context; });
+        rr.text =
+            "≥ " + group_digits(q.value) + " sequences at " + group_digits(q.context) + " tokens";
+        rr.actual = group_digits(at->max_sequences);
+        rr.passed = at->max_sequences >= q.value;
+        break;
+      }
+      case RequirementKind::min_context: {
+        CapacityRequest again = req;
+        again.contexts.clear();
+        again.max_context_at = q.sequences;
+        CapacityResult x = compute_capacity(again);
+        u64 got = x.max_context_at.value_or(0);
+        rr.text = "≥ " + group_digits(q.value) + " tokens of context at " +
+                  group_digits(q.sequences) + " sequences";
+        rr.actual = group_digits(got) + (x.max_context_capped ? " (model max)" : "");
+        rr.passed = got >= q.value;
+        break;
+      }
+      case RequirementKind::max_kv_share:
+        rr.text = "KV pool ≤ " + percent(q.share) + " of GPU memory";
+        rr.actual = percent(share);
+        rr.passed = share <= q.share;
+        break;
+      case RequirementKind::min_kv_share:
+        rr.text = "KV pool ≥ " + percent(q.share) + " of GPU memory";
+        rr.actual = percent(share);
+        rr.passed = share >= q.share;
+        break;
+      case RequirementKind::min_kv_tokens:
+        rr.text = "≥ " + group_digits(q.value) + " KV tokens per pool";
+        rr.actual = group_digits(c.kv_tokens);
+        rr.passed = c.fits && c.kv_tokens >= q.value;
+        break;
+      case RequirementKind::fits:
+        rr.text = "weights and reserve fit";
+        rr.actual = c.fits ? "yes" : "no: " + c.reason;
+        rr.passed = c.fits;
+        break;
+      }
+      res.requirements.push_back(std::move(rr));
+    }
+    out.push_back(std::move(res));
+  }
+  return out;
+}
+
+} // namespace kvcalc
