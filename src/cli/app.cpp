@@ -26,40 +26,6 @@ void add_output_options(CLI::App* cmd, cli::OutputOptions& o) {
       ->type_name("FILE");
 }
 
-void add_footprint_options(CLI::App* cmd, cli::FootprintArgs& a) {
-  cmd->add_option("--context", a.contexts,
-                  "Context lengths in tokens, comma-separated: 4096, 4k (= 4,096), 128k "
-                  "(= 131,072), 1M (= 1,048,576)")
-      ->type_name("TOKENS,...")
-      ->capture_default_str();
-  cmd->add_option("--kv-dtype", a.cache.kv_dtype,
-                  "KV cache element type: fp32, fp16, bf16, fp8 (= fp8_e4m3), fp8_e5m2, int8, "
-                  "int4, nvfp4 [default: the model's dtype]")
-      ->type_name("DTYPE");
-  cmd->add_option("--kv-scale", a.cache.kv_scale,
-                  "Scale metadata of a quantized cache: none, tensor (one per layer: no bytes "
-                  "per token), token-head (one per token per head), group:G (one per G "
-                  "elements) [default: fp8 tensor, int8 token-head, int4 group:32, nvfp4 "
-                  "group:16]")
-      ->type_name("SCALE");
-  cmd->add_option("--kv-scale-dtype", a.cache.kv_scale_dtype,
-                  "Type of each scale: fp32, fp16, bf16, fp8_e4m3 [default: fp32; int4 fp16; "
-                  "nvfp4 fp8_e4m3]")
-      ->type_name("DTYPE");
-  cmd->add_option("--mla-cache", a.cache.mla_cache,
-                  "MLA cache layout: latent (d_c + d_R per token per layer), expanded (per-head "
-                  "K and V, as HF eager code), fp8_ds_mla (656 B per token per layer at "
-                  "DeepSeek dims)")
-      ->check(CLI::IsMember({"latent", "expanded", "fp8_ds_mla"}))
-      ->capture_default_str();
-  cmd->add_option("--block-size", a.cache.block_size,
-                  "Page size in tokens: round each layer's tokens up to whole blocks and report "
-                  "the waste [default: no paging]")
-      ->type_name("TOKENS");
-  cmd->add_flag("--explain", a.explain, "Print the derivation of every number, term by term");
-  add_output_options(cmd, a.output);
-}
-
 void add_cache_options(CLI::App* cmd, cli::CacheOptions& c) {
   cmd->add_option("--kv-dtype", c.kv_dtype,
                   "KV cache element type: fp32, fp16, bf16, fp8 (= fp8_e4m3), fp8_e5m2, int8, "
@@ -81,6 +47,21 @@ void add_cache_options(CLI::App* cmd, cli::CacheOptions& c) {
                   "DeepSeek dims)")
       ->check(CLI::IsMember({"latent", "expanded", "fp8_ds_mla"}))
       ->capture_default_str();
+}
+
+void add_footprint_options(CLI::App* cmd, cli::FootprintArgs& a) {
+  cmd->add_option("--context", a.contexts,
+                  "Context lengths in tokens, comma-separated: 4096, 4k (= 4,096), 128k "
+                  "(= 131,072), 1M (= 1,048,576)")
+      ->type_name("TOKENS,...")
+      ->capture_default_str();
+  add_cache_options(cmd, a.cache);
+  cmd->add_option("--block-size", a.cache.block_size,
+                  "Page size in tokens: round each layer's tokens up to whole blocks and report "
+                  "the waste [default: no paging]")
+      ->type_name("TOKENS");
+  cmd->add_flag("--explain", a.explain, "Print the derivation of every number, term by term");
+  add_output_options(cmd, a.output);
 }
 
 void add_deployment_options(CLI::App* cmd, cli::DeploymentOptions& d) {
@@ -189,6 +170,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                    "The model ratios are taken against [default: the first]")
       ->type_name("MODEL");
   add_footprint_options(compare_cmd, compare);
+  compare.deployment.gpus.clear();
+  add_deployment_options(compare_cmd, compare.deployment);
 
   cli::CapacityArgs capacity;
   auto* capacity_cmd = app.add_subcommand(

@@ -225,14 +225,7 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
       diagnostics.warnings.push_back(req.model.name + " on " + req.gpu.name + ": " + note);
     }
   }
-  // Notes repeat across a sweep; say each once.
-  std::vector<std::string> unique;
-  for (const auto& w : diagnostics.warnings) {
-    if (std::find(unique.begin(), unique.end(), w) == unique.end()) {
-      unique.push_back(w);
-    }
-  }
-  warn(err, unique);
+  warn(err, diagnostics.warnings);
 
   Rendered r;
   r.json = json_header("capacity");

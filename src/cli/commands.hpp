@@ -54,7 +54,8 @@ struct DeploymentOptions {
 struct FootprintArgs {
   std::vector<std::string> models;
   std::string contexts = "4k,32k,128k";
-  std::string baseline; ///< compare only; empty: the first model
+  std::string baseline;         ///< compare only; empty: the first model
+  DeploymentOptions deployment; ///< compare only: with a --gpu, max sequences per model
   bool explain = false;
   CacheOptions cache;
   OutputOptions output;
@@ -101,7 +102,7 @@ struct Rendered {
 };
 
 void emit(const Rendered& result, const OutputOptions& options, std::ostream& out);
-/// Prints warnings as "kvcalc: warning: ..." lines.
+/// Prints warnings as "kvcalc: warning: ..." lines, each once.
 void warn(std::ostream& err, const std::vector<std::string>& warnings);
 /// {"kvcalc": {"version", "schema"}, "command": name}
 Json json_header(const std::string& command);

@@ -57,6 +57,7 @@ std::string attention_detail(const Model& m) {
 struct Entry {
   Model model;
   Footprint footprint;
+  std::optional<CapacityResult> capacity; ///< compare --gpu
 };
 
 Json model_json(const Entry& e) {
@@ -237,6 +238,11 @@ Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
   for (const auto& c : base.footprint.contexts) {
     t.columns.push_back({"KV @ " + context_label(c.tokens), "kv_bytes"});
   }
+  if (base.capacity) {
+    for (const auto& c : base.footprint.contexts) {
+      t.columns.push_back({"seqs @ " + context_label(c.tokens), "max_sequences"});
+    }
+  }
   for (const auto& e : entries) {
     const Footprint& f = e.footprint;
     std::vector<Cell> row{
@@ -252,6 +258,11 @@ Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
     for (const auto& c : f.contexts) {
       row.push_back(Cell::bytes(c.kv_bytes));
     }
+    if (e.capacity) {
+      for (const auto& c : e.capacity->contexts) {
+        row.push_back(e.capacity->fits ? Cell::count(c.max_sequences) : Cell::text("no fit"));
+      }
+    }
     t.rows.push_back(std::move(row));
   }
   auto factor = [](u64 value, u64 reference) {
@@ -260,6 +271,13 @@ Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
     }
     return format_cell(Cell::ratio(ratio(value, reference)), ByteUnits::iec) + " more";
   };
+  if (base.capacity) {
+    const CapacityResult& c = *base.capacity;
+    t.notes.push_back("max sequences on " + group_digits(c.parallel.gpus) + " × " + c.gpu +
+                      ", tp " + group_digits(c.parallel.tp) + ", engine " +
+                      std::string(engine_name(c.engine)) +
+                      " (kvcalc capacity for the budget of each)");
+  }
   for (const auto& e : entries) {
     if (&e == &base || e.footprint.bytes_per_token_per_layer == 0 ||
         e.footprint.bytes_per_token == 0) {
@@ -292,6 +310,23 @@ int run_footprint(const FootprintArgs& args, bool compare, std::ostream& out, st
     Footprint f = compute_footprint(m, options);
     diagnostics.warnings.insert(diagnostics.warnings.end(), f.notes.begin(), f.notes.end());
     entries.push_back({std::move(m), std::move(f)});
+  }
+  if (compare && !args.deployment.gpus.empty()) {
+    if (args.deployment.gpus.size() > 1 || args.deployment.tps.size() > 1) {
+      throw InputError("compare takes one --gpu and one --tp; use kvcalc capacity to sweep");
+    }
+    std::vector<Model> models;
+    for (const auto& e : entries) {
+      models.push_back(e.model);
+    }
+    auto requests =
+        capacity_requests(models, args.cache, args.deployment, options.contexts, std::nullopt);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      entries[i].capacity = compute_capacity(requests[i]);
+      for (const auto& note : entries[i].capacity->notes) {
+        diagnostics.warnings.push_back(note);
+      }
+    }
   }
   if (!any_mla && args.cache.mla_cache != "latent") {
     diagnostics.warnings.push_back("--mla-cache applies only to MLA models; none was given");
@@ -333,6 +368,27 @@ int run_footprint(const FootprintArgs& args, bool compare, std::ostream& out, st
           ratio(e.footprint.bytes_per_token_per_layer, base->footprint.bytes_per_token_per_layer);
       mj["ratio_to_baseline"]["per_token"] =
           ratio(e.footprint.bytes_per_token, base->footprint.bytes_per_token);
+    }
+    if (e.capacity) {
+      const CapacityResult& c = *e.capacity;
+      Json cj = Json::object();
+      cj["gpu"] = c.gpu;
+      cj["gpus"] = c.parallel.gpus;
+      cj["tp"] = c.parallel.tp;
+      cj["engine"] = std::string(engine_name(c.engine));
+      cj["fits"] = c.fits;
+      cj["kv_pool_bytes_per_gpu"] = c.kv_pool_bytes_per_gpu;
+      cj["kv_tokens"] = c.kv_tokens;
+      Json contexts = Json::array();
+      for (const auto& x : c.contexts) {
+        Json xj = Json::object();
+        xj["tokens"] = x.tokens;
+        xj["max_sequences"] = x.max_sequences;
+        xj["max_concurrency"] = x.max_concurrency;
+        contexts.push_back(std::move(xj));
+      }
+      cj["contexts"] = std::move(contexts);
+      mj["capacity"] = std::move(cj);
     }
     if (args.explain) {
       Json lines = Json::array();

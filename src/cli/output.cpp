@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <fstream>
 #include <ostream>
 
@@ -79,8 +80,12 @@ void emit(const Rendered& result, const OutputOptions& options, std::ostream& ou
 }
 
 void warn(std::ostream& err, const std::vector<std::string>& warnings) {
+  std::vector<std::string> said;
   for (const auto& w : warnings) {
-    err << "kvcalc: warning: " << w << '\n';
+    if (std::find(said.begin(), said.end(), w) == said.end()) {
+      err << "kvcalc: warning: " << w << '\n';
+      said.push_back(w);
+    }
   }
 }
 
