@@ -99,3 +99,19 @@ TEST_CASE("usage errors are InputErrors with exit code 2", "[cli]") {
   }
   CHECK_THROWS_AS(cli({"footprint", "llama-3.1-8b", "-o", "/nonexistent-dir/x.txt"}), Error);
 }
+
+TEST_CASE("a failing plan exits 3 and writes its report and JSON", "[cli][plan]") {
+  auto dir = temp_dir();
+  std::string plan = std::string(KVCALC_SOURCE_DIR) + "/tests/plans/failing.yaml";
+  Run r = cli({"plan", plan, "--report", (dir / "report.md").string(), "--json",
+               (dir / "result.json").string()});
+  CHECK(r.code == 3);
+  std::string md = slurp(dir / "report.md");
+  CHECK(md.find("## llama-3.1-70b on two H100: FAIL") != std::string::npos);
+  CHECK(md.find("**1 of 2 requirements hold: plan FAILED**") != std::string::npos);
+  std::string json = slurp(dir / "result.json");
+  CHECK(json.find("\"passed\": false") != std::string::npos);
+  Run ok = cli({"plan", std::string(KVCALC_SOURCE_DIR) + "/tests/plans/passing.yaml"});
+  CHECK(ok.code == 0);
+  std::filesystem::remove_all(dir);
+}

@@ -69,3 +69,27 @@ TEST_CASE("did-you-mean finds near misses only", "[core][spell]") {
   CHECK(closest_match("vocabulary", keys) == std::nullopt);
   CHECK(edit_distance("kitten", "sitting") == 3);
 }
+
+TEST_CASE("byte sizes take IEC and SI units, exactly", "[core][units]") {
+  CHECK(parse_bytes("4096", "--reserve") == 4096);
+  CHECK(parse_bytes("3.81GiB", "--kv-cache-memory") == 4090956349ULL); // 381 x 2^30 / 100, floored
+  CHECK(parse_bytes("80GB", "--reserve") == 80000000000ULL);
+  CHECK(parse_bytes("512 MiB", "--reserve") == 536870912ULL);
+  CHECK(parse_bytes("1.5kB", "--reserve") == 1500);
+  CHECK(parse_bytes("2TiB", "--reserve") == 2ULL << 40);
+  for (const char* bad :
+       {"", "GiB", "-1GiB", "3.81GiBs", "1.2.3GB", "1.1234567GiB", "99999999999TiB"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_bytes(bad, "--reserve"), InputError);
+  }
+  CHECK_THROWS_WITH(parse_bytes("3x", "--reserve"),
+                    Catch::Contains("invalid --reserve '3x': unknown unit 'x'"));
+}
+
+TEST_CASE("fractions are checked against their range", "[core][units]") {
+  CHECK(parse_fraction("0.9", "--gpu-memory-utilization", 0, 1) == Approx(0.9));
+  CHECK_THROWS_WITH(parse_fraction("1.5", "--gpu-memory-utilization", 0, 1),
+                    Catch::Contains("expected a number from 0 to 1"));
+  CHECK_THROWS_AS(parse_fraction("nan", "--x", 0, 1), InputError);
+  CHECK_THROWS_AS(parse_fraction("0.5x", "--x", 0, 1), InputError);
+}

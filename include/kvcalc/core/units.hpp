@@ -20,7 +20,7 @@ namespace kvcalc {
 
 /// A byte size: plain bytes ("4096") or with a unit: B, KiB, MiB, GiB, TiB (powers of 1024),
 /// kB, MB, GB, TB (powers of 1000), in any case for the letters after the first; fractions
-/// allowed ("3.81GiB" = 4,090,981,621 B, rounded down to whole bytes). Negative or empty
+/// allowed ("3.81GiB" = 4,090,956,349 B, rounded down to whole bytes). Negative or empty
 /// values are errors naming `what`.
 [[nodiscard]] u64 parse_bytes(std::string_view text, std::string_view what);
 
