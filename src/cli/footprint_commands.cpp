@@ -309,7 +309,7 @@ int run_footprint(const FootprintArgs& args, bool compare, std::ostream& out, st
     any_mla = any_mla || m.attention.kind == AttentionKind::mla;
     Footprint f = compute_footprint(m, options);
     diagnostics.warnings.insert(diagnostics.warnings.end(), f.notes.begin(), f.notes.end());
-    entries.push_back({std::move(m), std::move(f)});
+    entries.push_back({std::move(m), std::move(f), std::nullopt});
   }
   if (compare && !args.deployment.gpus.empty()) {
     if (args.deployment.gpus.size() > 1 || args.deployment.tps.size() > 1) {
