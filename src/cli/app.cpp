@@ -198,6 +198,71 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   add_deployment_options(capacity_cmd, capacity.deployment);
   add_output_options(capacity_cmd, capacity.output);
 
+  cli::RooflineArgs roofline;
+  auto* roofline_cmd = app.add_subcommand(
+      "roofline",
+      "One prefill or decode step, op by op, on a GPU's roofline (MLA absorbed vs naive)");
+  roofline_cmd->add_option("models", roofline.models, "MODEL names, YAML files or config.json")
+      ->type_name("MODEL")
+      ->required();
+  roofline_cmd
+      ->add_option("--batch", roofline.batches,
+                   "Sequences per step: a list (1,16,128) or a range of powers of two (1-256)")
+      ->type_name("N,...|A-B")
+      ->capture_default_str();
+  roofline_cmd
+      ->add_option("--context", roofline.contexts,
+                   "Tokens: in the cache (decode), the prompt (prefill), the cached prefix "
+                   "(extend); a list sweeps")
+      ->type_name("TOKENS,...")
+      ->capture_default_str();
+  roofline_cmd->add_option("--prompt", roofline.prompt, "Prefill: the prompt length (= --context)")
+      ->type_name("TOKENS,...");
+  roofline_cmd
+      ->add_option("--phase", roofline.phase,
+                   "decode (s new tokens per request), prefill (a prompt, no prefix) or extend "
+                   "(a chunk of s tokens over a cached prefix)")
+      ->check(CLI::IsMember({"decode", "prefill", "extend"}))
+      ->capture_default_str();
+  roofline_cmd
+      ->add_option("--query", roofline.query,
+                   "s: decode tokens per request per step (2+ for MTP/speculative), or the "
+                   "extend chunk")
+      ->type_name("TOKENS")
+      ->capture_default_str();
+  roofline_cmd
+      ->add_option("--mla", roofline.mla,
+                   "MLA mode: absorbed, naive, auto (absorbed for chunks of ≤ 128 tokens, naive "
+                   "for prefill); a comma-separated list compares")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"absorbed", "naive", "auto"}))
+      ->capture_default_str();
+  roofline_cmd
+      ->add_option("--naive-kv", roofline.naive_kv,
+                   "Naive MLA: fused (decompressed K/V stay on chip) or materialized (written "
+                   "and read back)")
+      ->check(CLI::IsMember({"fused", "materialized"}))
+      ->capture_default_str();
+  roofline_cmd->add_flag("--mla-crossover", roofline.mla_crossover,
+                         "Report where absorbed MLA stops paying: the FLOP and the time "
+                         "crossover in chunk length over each --context prefix");
+  roofline_cmd
+      ->add_option("--efficiency", roofline.efficiency,
+                   "Scale the datasheet ceilings: bw=F,flops=F (e.g. bw=0.85,flops=0.7) "
+                   "[default: 1, the datasheet]")
+      ->type_name("bw=F,flops=F");
+  roofline_cmd->add_flag("--no-comm", roofline.no_communication,
+                         "Leave out TP all-reduce and EP all-to-all time");
+  roofline_cmd->add_flag("--ops", roofline.ops, "Print the op table of every scenario");
+  roofline_cmd
+      ->add_option("--plot", roofline.plot,
+                   "Write an SVG: the roofline with every op, and for a batch sweep "
+                   "throughput and time per token against batch")
+      ->type_name("FILE.svg");
+  add_cache_options(roofline_cmd, roofline.cache);
+  add_deployment_options(roofline_cmd, roofline.deployment);
+  add_output_options(roofline_cmd, roofline.output);
+
   cli::PlanArgs plan;
   auto* plan_cmd = app.add_subcommand(
       "plan", "Check a capacity plan's requirements; exit 3 when any fails (for CI)");
@@ -251,6 +316,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
   if (capacity_cmd->parsed()) {
     return cli::run_capacity(capacity, out, err);
+  }
+  if (roofline_cmd->parsed()) {
+    return cli::run_roofline(roofline, out, err);
   }
   if (plan_cmd->parsed()) {
     return cli::run_plan(plan, out, err);

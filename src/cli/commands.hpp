@@ -71,6 +71,25 @@ struct CapacityArgs {
   OutputOptions output;
 };
 
+struct RooflineArgs {
+  std::vector<std::string> models;
+  std::string batches = "1";   ///< list or range a-b (powers of two)
+  std::string contexts = "4k"; ///< cached tokens (decode), prompt (prefill), prefix (extend)
+  std::string prompt;          ///< prefill: the prompt, same as --context
+  std::string phase = "decode";
+  std::string query = "1"; ///< decode: tokens per request per step; extend: chunk
+  std::vector<std::string> mla{"auto"};
+  std::string naive_kv = "fused";
+  std::string efficiency; ///< "bw=0.85,flops=0.7"
+  bool no_communication = false;
+  bool mla_crossover = false;
+  bool ops = false; ///< print every op of every scenario
+  std::string plot; ///< SVG file
+  CacheOptions cache;
+  DeploymentOptions deployment;
+  OutputOptions output;
+};
+
 struct PlanArgs {
   std::string file;
   std::string report; ///< markdown report file
@@ -115,6 +134,7 @@ std::vector<CapacityRequest> capacity_requests(const std::vector<Model>& models,
                                                std::vector<u64> contexts,
                                                std::optional<u64> max_context_at);
 int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err);
+int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err);
 int run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err);
 int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& err);
 /// The cache request of the cache options (shared by footprint, compare, capacity).

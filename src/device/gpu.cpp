@@ -9,8 +9,7 @@
 
 namespace kvcalc {
 
-std::optional<double> peak_flops(const Gpu& gpu, DType dtype) {
-  const PeakFlops& f = gpu.flops_per_s;
+std::optional<double> peak_flops(const PeakFlops& f, DType dtype) {
   switch (dtype) {
   case DType::fp32:
     return f.fp32;

@@ -84,6 +84,10 @@ std::string format_cell(const Cell& cell, ByteUnits units) {
     return si_rate(d, "FLOP/s");
   case Unit::bytes_per_s:
     return si_rate(d, "B/s");
+  case Unit::flop:
+    return si_rate(d, "FLOP");
+  case Unit::share:
+    return fmt::format("{:.1f}%", d * 100.0);
   default:
     return significant(d, 4);
   }

@@ -43,7 +43,10 @@ struct Gpu {
 };
 
 /// Dense peak for `dtype` (fp8_e4m3/e5m2 → fp8, nvfp4/mxfp4 → fp4, int4 → int8), or nullopt.
-[[nodiscard]] std::optional<double> peak_flops(const Gpu& gpu, DType dtype);
+[[nodiscard]] std::optional<double> peak_flops(const PeakFlops& flops, DType dtype);
+[[nodiscard]] inline std::optional<double> peak_flops(const Gpu& gpu, DType dtype) {
+  return peak_flops(gpu.flops_per_s, dtype);
+}
 
 /// Parses a catalog (`gpus:` list, docs/gpu-catalog.md); errors are located InputErrors.
 [[nodiscard]] std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& file);

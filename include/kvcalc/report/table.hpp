@@ -19,6 +19,8 @@ enum class Unit {
   number,      ///< a real number, four significant digits
   flops,       ///< FLOP/s, SI prefixes (989.4 TFLOP/s)
   bytes_per_s, ///< bytes per second, SI prefixes (3.350 TB/s)
+  flop,        ///< a FLOP count, SI prefixes (8.908 TFLOP)
+  share,       ///< a fraction shown as an unsigned percentage (90.8%)
 };
 
 /// How people-facing bytes are scaled.
@@ -38,6 +40,8 @@ struct Cell {
   static Cell number(double v) { return {v, Unit::number}; }
   static Cell flops(double v) { return {v, Unit::flops}; }
   static Cell bytes_per_s(double v) { return {v, Unit::bytes_per_s}; }
+  static Cell flop(double v) { return {v, Unit::flop}; }
+  static Cell share(double fraction) { return {fraction, Unit::share}; }
 };
 
 struct Column {

@@ -1,0 +1,122 @@
+#pragma once
+/// One serving step on a roofline, op by op: FLOPs, bytes (weights, activations, KV), the
+/// attainable rate and the time of each op on one GPU, for decode, prefill and chunked
+/// prefill, with MLA absorbed or naive (docs/formulas.md, "Roofline"). A pure function.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <kvcalc/device/gpu.hpp>
+#include <kvcalc/kv/cache_format.hpp>
+#include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/model/model.hpp>
+
+namespace kvcalc {
+
+enum class Phase {
+  decode,  ///< s new tokens per request over a cache of `context` tokens
+  prefill, ///< a prompt of `context` tokens, no cached prefix
+  extend,  ///< a chunk of s tokens over a cached prefix of `context` tokens
+};
+
+enum class MlaMode {
+  absorbed,  ///< W_UK folded into the query, attention over the latent, W_UV after
+  naive,     ///< decompress the latent into per-head K and V every step
+  automatic, ///< what an engine picks: absorbed for chunks of ≤ 128 tokens, else naive
+};
+
+/// How naive MLA holds the decompressed K and V.
+enum class NaiveKv {
+  fused,        ///< decompressed on chip, never written back
+  materialized, ///< written to memory and read back by the attention kernel
+};
+
+[[nodiscard]] std::string_view phase_name(Phase p);
+[[nodiscard]] Phase parse_phase(std::string_view text);
+[[nodiscard]] std::string_view mla_mode_name(MlaMode m);
+[[nodiscard]] MlaMode parse_mla_mode(std::string_view text);
+
+/// The ceilings the roofline uses, and where they come from.
+struct DeviceRates {
+  double bandwidth_bytes_per_s = 0;
+  PeakFlops flops_per_s;
+  double link_bytes_per_s = 0; ///< one direction of the GPU-to-GPU link
+  std::string source;          ///< "datasheet", "datasheet x efficiency (bw 0.85, flops 0.7)", ...
+};
+
+/// The datasheet ceilings of `gpu` scaled by efficiencies (1 = datasheet).
+[[nodiscard]] DeviceRates device_rates(const Gpu& gpu, double bandwidth_efficiency = 1.0,
+                                       double flops_efficiency = 1.0);
+
+struct RooflineRequest {
+  Model model;
+  Gpu gpu;
+  DeviceRates rates;
+  CacheRequest cache;
+  std::optional<DType> weight_dtype; ///< nullopt: the checkpoint's
+  Parallelism parallel;              ///< tp, pp, ep, dp_attention (gpus and dcp unused)
+  Phase phase = Phase::decode;
+  u64 batch = 1;      ///< sequences of one model copy
+  u64 context = 4096; ///< decode: tokens in the cache; prefill: the prompt; extend: the prefix
+  u64 query = 1;      ///< decode: tokens per request per step (1; 2+ with MTP); extend: the chunk
+  MlaMode mla = MlaMode::automatic;
+  NaiveKv naive_kv = NaiveKv::fused;
+  bool communication = true; ///< add TP all-reduce and EP all-to-all time
+};
+
+struct Op {
+  std::string name;  ///< "attention.core", "moe.experts", ...
+  std::string dtype; ///< of the arithmetic
+  double flops = 0;
+  double weight_bytes = 0;
+  double activation_bytes = 0;
+  double kv_bytes = 0;
+  double bytes = 0;      ///< all three
+  double intensity = 0;  ///< FLOP per byte
+  double peak_flops = 0; ///< ceiling for its dtype, FLOP/s
+  double attainable = 0; ///< min(peak, intensity × bandwidth), FLOP/s
+  bool compute_bound = false;
+  bool communication = false; ///< a collective over the interconnect
+  double time_s = 0;
+  std::string variant; ///< "absorbed" / "naive" for MLA attention ops, else ""
+};
+
+struct RooflineResult {
+  std::vector<Op> ops;
+  double flops = 0;
+  double bytes = 0;
+  double time_s = 0;
+  double tokens_per_s = 0;         ///< tokens processed per second (B·s, or B·prompt)
+  double time_per_token_s = 0;     ///< decode: per generated token of one request; prefill: TTFT
+  std::string dominant;            ///< the op that takes the longest
+  MlaMode mla = MlaMode::absorbed; ///< the mode used (MLA models)
+  u64 query = 0;                   ///< s
+  u64 attended = 0;                ///< t
+  double attended_effective = 0;   ///< t_eff
+  u64 layers = 0;                  ///< on this GPU
+  double heads = 0;                ///< query heads on this GPU
+  u64 batch_per_gpu = 0;           ///< sequences whose attention this GPU runs
+  std::string rates_source;
+  std::vector<std::string> notes;
+};
+
+[[nodiscard]] RooflineResult compute_roofline(const RooflineRequest& request);
+
+/// Where absorbed MLA stops paying, for chunks of s tokens over a prefix of P (docs/formulas.md).
+struct MlaCrossover {
+  double flop_ratio = 0; ///< s·t_eff/P at equal FLOPs: d_c(d_nope+d_v)/(2d_c − d_nope − d_v)
+  double flop_query = 0; ///< the s where FLOPs are equal at this prefix
+  u64 time_query =
+      0; ///< the smallest s at which naive takes less time on this GPU (0: none ≤ limit)
+  u64 prefix = 0;
+};
+
+/// For the request's model, GPU, batch and prefix (`context`); the model must be MLA.
+[[nodiscard]] MlaCrossover mla_crossover(const RooflineRequest& request);
+
+/// E · (1 − (1 − k/E)^n): experts a batch of n tokens touches under uniform routing.
+[[nodiscard]] double expected_experts(u64 experts, u64 per_token, double tokens);
+
+} // namespace kvcalc

@@ -1,0 +1,416 @@
+// `roofline`: one step of prefill or decode, op by op, on a GPU's roofline.
+
+#include <fstream>
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <kvcalc/core/units.hpp>
+#include <kvcalc/model/loader.hpp>
+#include <kvcalc/report/svg.hpp>
+#include <kvcalc/roofline/roofline.hpp>
+
+#include "commands.hpp"
+
+namespace kvcalc::cli {
+
+namespace {
+
+/// "1,16,128" or a range "1-256" of powers of two.
+std::vector<u64> parse_batches(const std::string& text) {
+  auto dash = text.find('-');
+  if (dash == std::string::npos || dash == 0) {
+    return parse_count_list(text, "--batch");
+  }
+  u64 lo = parse_count(text.substr(0, dash), "--batch");
+  u64 hi = parse_count(text.substr(dash + 1), "--batch");
+  if (hi < lo) {
+    throw InputError("--batch range '" + text + "' runs backwards; write low-high, e.g. 1-256");
+  }
+  std::vector<u64> out;
+  for (u64 b = 1; b <= hi; b *= 2) {
+    if (b >= lo) {
+      out.push_back(b);
+    }
+    if (b > (UINT64_MAX >> 1)) {
+      break;
+    }
+  }
+  if (out.empty() || out.back() != hi) {
+    out.push_back(hi);
+  }
+  if (out.front() != lo) {
+    out.insert(out.begin(), lo);
+  }
+  return out;
+}
+
+/// "bw=0.85,flops=0.7"
+std::pair<double, double> parse_efficiency(const std::string& text) {
+  double bw = 1.0;
+  double flops = 1.0;
+  if (text.empty()) {
+    return {bw, flops};
+  }
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma - start);
+    auto eq = item.find('=');
+    std::string key = item.substr(0, eq);
+    if (eq == std::string::npos || (key != "bw" && key != "flops")) {
+      throw InputError("invalid --efficiency '" + text +
+                       "': expected bw=F and/or flops=F, e.g. bw=0.85,flops=0.7");
+    }
+    double v = parse_fraction(item.substr(eq + 1), "--efficiency " + key, 0.0, 1.0);
+    if (v <= 0) {
+      throw InputError("--efficiency " + key + " must be above 0");
+    }
+    (key == "bw" ? bw : flops) = v;
+    if (comma == std::string::npos) {
+      break;
+    }
+    start = comma + 1;
+  }
+  return {bw, flops};
+}
+
+std::string si_seconds(double s) {
+  if (s >= 1) {
+    return fmt::format("{:.3f} s", s);
+  }
+  if (s >= 1e-3) {
+    return fmt::format("{:.3f} ms", s * 1e3);
+  }
+  return fmt::format("{:.2f} µs", s * 1e6);
+}
+
+Json op_json(const Op& o) {
+  Json j = Json::object();
+  j["name"] = o.name;
+  j["dtype"] = o.dtype;
+  j["flops"] = o.flops;
+  j["bytes"] = o.bytes;
+  j["weight_bytes"] = o.weight_bytes;
+  j["activation_bytes"] = o.activation_bytes;
+  j["kv_bytes"] = o.kv_bytes;
+  j["intensity"] = o.intensity;
+  j["attainable_flops_per_s"] = o.attainable;
+  j["bound"] = o.communication ? "interconnect" : o.compute_bound ? "compute" : "memory";
+  j["time_s"] = o.time_s;
+  j["variant"] = o.variant.empty() ? Json() : Json(o.variant);
+  return j;
+}
+
+std::string scenario_label(const RooflineRequest& q, const RooflineResult& r) {
+  std::string label = q.model.name;
+  if (q.model.attention.kind == AttentionKind::mla) {
+    label += " " + std::string(mla_mode_name(r.mla));
+  }
+  return label + ", t " + group_digits(q.context);
+}
+
+/// The roofline of every op of every scenario and, for a batch sweep, throughput and time per
+/// token against batch.
+void write_plot(const std::string& path, const RooflineRequest& first,
+                const std::vector<std::pair<std::string, const RooflineResult*>>& results,
+                const std::vector<u64>& batches) {
+  RooflineChart chart;
+  chart.title = "Roofline: " + first.gpu.display_name + " (" + first.rates.source + ")";
+  chart.bandwidth_bytes_per_s = first.rates.bandwidth_bytes_per_s;
+  const PeakFlops& f = first.rates.flops_per_s;
+  if (auto bf16 = f.bf16 ? f.bf16 : f.fp16) {
+    chart.ceilings.emplace_back("bf16", *bf16);
+  }
+  if (f.fp8) {
+    chart.ceilings.emplace_back("fp8", *f.fp8);
+  }
+  bool single = results.size() == 1;
+  std::vector<std::string> labelled; // in a sweep, one label per series: its last point
+  for (auto it = results.rbegin(); it != results.rend(); ++it) {
+    const auto& [label, res] = *it;
+    for (const Op& o : res->ops) {
+      if (o.communication || o.flops <= 0 || o.time_s <= 0) {
+        continue;
+      }
+      PointStyle style = o.variant == "absorbed" ? PointStyle::absorbed
+                         : o.variant == "naive"  ? PointStyle::naive
+                                                 : PointStyle::other;
+      // Label every op of one scenario; in a sweep the attention core of each series once.
+      bool core = o.name.starts_with("attention.core");
+      std::string text;
+      if (single) {
+        text = o.name;
+      } else if (core && std::find(labelled.begin(), labelled.end(), label) == labelled.end()) {
+        text = label;
+        labelled.push_back(label);
+      }
+      chart.points.push_back({o.intensity, o.flops / o.time_s, text, style});
+    }
+  }
+  std::vector<LineChart> charts;
+  bool sweep =
+      std::adjacent_find(batches.begin(), batches.end(), std::not_equal_to<>()) != batches.end();
+  if (sweep) {
+    LineChart throughput{"Throughput against batch", "batch (sequences)", "tokens/s", {}};
+    LineChart latency{
+        "Time per token against batch", "batch (sequences)", "time per output token (s)", {}};
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const std::string& label = results[i].first;
+      auto series = std::find_if(throughput.series.begin(), throughput.series.end(),
+                                 [&](const LineSeries& s) { return s.name == label; });
+      if (series == throughput.series.end()) {
+        throughput.series.push_back({label, {}, {}});
+        latency.series.push_back({label, {}, {}});
+        series = throughput.series.end() - 1;
+      }
+      auto k = static_cast<std::size_t>(series - throughput.series.begin());
+      throughput.series[k].xs.push_back(static_cast<double>(batches[i]));
+      throughput.series[k].ys.push_back(results[i].second->tokens_per_s);
+      latency.series[k].xs.push_back(static_cast<double>(batches[i]));
+      latency.series[k].ys.push_back(results[i].second->time_per_token_s);
+    }
+    charts.push_back(std::move(throughput));
+    charts.push_back(std::move(latency));
+  }
+  std::ofstream file(path, std::ios::binary);
+  std::string svg = render_svg(chart, charts);
+  if (!file || !(file << svg) || !file.flush()) {
+    throw Error("cannot write '" + path + "'");
+  }
+}
+
+} // namespace
+
+int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err) {
+  Diagnostics diagnostics;
+  std::vector<Model> models;
+  for (const auto& spec : args.models) {
+    models.push_back(load_model(spec, diagnostics));
+  }
+  Phase phase = parse_phase(args.phase);
+  std::string contexts_text = args.contexts;
+  if (!args.prompt.empty()) {
+    if (phase != Phase::prefill) {
+      throw InputError("--prompt is the prefill length; add --phase prefill or use --context");
+    }
+    contexts_text = args.prompt;
+  }
+  std::vector<u64> contexts = parse_count_list(contexts_text, "--context");
+  std::vector<u64> batches = parse_batches(args.batches);
+  u64 query = parse_count(args.query, "--query");
+  std::vector<MlaMode> modes;
+  for (const auto& m : args.mla) {
+    modes.push_back(parse_mla_mode(m));
+  }
+  NaiveKv naive_kv = args.naive_kv == "materialized" ? NaiveKv::materialized : NaiveKv::fused;
+  if (args.naive_kv != "fused" && args.naive_kv != "materialized") {
+    throw InputError("unknown --naive-kv '" + args.naive_kv + "' (one of: fused, materialized)");
+  }
+  auto [bw_eff, flops_eff] = parse_efficiency(args.efficiency);
+  GpuCatalog catalog(args.deployment.gpu_file);
+  std::optional<DType> weight_dtype;
+  if (!args.deployment.weight_dtype.empty()) {
+    weight_dtype = parse_dtype(args.deployment.weight_dtype, "--weight-dtype");
+  }
+
+  struct Scenario {
+    RooflineRequest request;
+    RooflineResult result;
+  };
+  std::vector<Scenario> scenarios;
+  std::vector<std::pair<std::string, MlaCrossover>> crossovers;
+  for (const Model& m : models) {
+    bool mla = m.attention.kind == AttentionKind::mla;
+    for (const auto& gpu_name : args.deployment.gpus) {
+      const Gpu& gpu = catalog.find(gpu_name);
+      for (u64 tp : args.deployment.tps) {
+        RooflineRequest req;
+        req.model = m;
+        req.gpu = gpu;
+        req.rates = device_rates(gpu, bw_eff, flops_eff);
+        req.cache = cache_request(args.cache);
+        req.weight_dtype = weight_dtype;
+        req.parallel = {
+            0, tp, args.deployment.pp, args.deployment.ep, 1, args.deployment.dp_attention};
+        req.phase = phase;
+        req.query = query;
+        req.naive_kv = naive_kv;
+        req.communication = !args.no_communication;
+        if (args.mla_crossover) {
+          for (u64 c : contexts) {
+            RooflineRequest x = req;
+            x.batch = batches.front();
+            x.context = c;
+            crossovers.emplace_back(m.name + " on " + gpu.name + ", tp " + group_digits(tp),
+                                    mla_crossover(x));
+          }
+          continue;
+        }
+        for (MlaMode mode : mla ? modes : std::vector<MlaMode>{MlaMode::automatic}) {
+          for (u64 c : contexts) {
+            for (u64 b : batches) {
+              RooflineRequest x = req;
+              x.mla = mode;
+              x.context = c;
+              x.batch = b;
+              scenarios.push_back({x, compute_roofline(x)});
+            }
+          }
+        }
+      }
+    }
+  }
+  warn(err, diagnostics.warnings);
+
+  Rendered r;
+  r.json = json_header(args.mla_crossover ? "roofline-mla-crossover" : "roofline");
+  if (args.mla_crossover) {
+    Table t;
+    t.title = "MLA: where absorbed stops paying (chunks of s tokens over a prefix of P)";
+    t.columns = {{"deployment", "deployment"},
+                 {"prefix P", "prefix"},
+                 {"FLOP ratio s·t_eff/P", "flop_ratio"},
+                 {"s at equal FLOPs", "flop_query"},
+                 {"s where naive is faster", "time_query"}};
+    Json list = Json::array();
+    for (const auto& [who, c] : crossovers) {
+      t.rows.push_back({Cell::text(who), Cell::count(c.prefix), Cell::number(c.flop_ratio),
+                        Cell::number(c.flop_query),
+                        c.time_query ? Cell::count(c.time_query) : Cell::text("none")});
+      Json j = Json::object();
+      j["deployment"] = who;
+      j["prefix"] = c.prefix;
+      j["flop_ratio"] = c.flop_ratio;
+      j["flop_query"] = c.flop_query;
+      j["time_query"] = c.time_query ? Json(c.time_query) : Json();
+      list.push_back(std::move(j));
+    }
+    t.notes.push_back("absorbed costs fewer FLOPs while s·t_eff/P stays below the ratio; the time "
+                      "crossover differs because the two modes sit on opposite sides of the ridge");
+    r.json["crossovers"] = std::move(list);
+    r.csv = t;
+    r.tables.push_back(std::move(t));
+    emit(r, args.output, out);
+    return 0;
+  }
+
+  Table summary;
+  summary.columns = {{"model", "model"},
+                     {"gpu", "gpu"},
+                     {"tp", "tp"},
+                     {"phase", "phase"},
+                     {"mla", "mla"},
+                     {"batch", "batch"},
+                     {"context", "context"},
+                     {"s", "query"},
+                     {"step", "time_s"},
+                     {"tokens/s", "tokens_per_s"},
+                     {"per token", "time_per_token_s"},
+                     {"dominant op", "dominant"}};
+  Table csv = summary;
+  Json list = Json::array();
+  for (const auto& sc : scenarios) {
+    const RooflineRequest& q = sc.request;
+    const RooflineResult& res = sc.result;
+    bool mla = q.model.attention.kind == AttentionKind::mla;
+    std::vector<Cell> row{Cell::text(q.model.name),
+                          Cell::text(q.gpu.name),
+                          Cell::count(q.parallel.tp),
+                          Cell::text(std::string(phase_name(q.phase))),
+                          Cell::text(mla ? std::string(mla_mode_name(res.mla)) : "-"),
+                          Cell::count(q.batch),
+                          Cell::count(q.context),
+                          Cell::count(res.query),
+                          Cell::text(si_seconds(res.time_s)),
+                          Cell::number(res.tokens_per_s),
+                          Cell::text(si_seconds(res.time_per_token_s)),
+                          Cell::text(res.dominant)};
+    summary.rows.push_back(row);
+    row[8] = Cell::number(res.time_s);
+    row[10] = Cell::number(res.time_per_token_s);
+    csv.rows.push_back(std::move(row));
+    Json j = Json::object();
+    j["model"] = q.model.name;
+    j["gpu"] = q.gpu.name;
+    j["tp"] = q.parallel.tp;
+    j["phase"] = std::string(phase_name(q.phase));
+    j["mla"] = mla ? Json(std::string(mla_mode_name(res.mla))) : Json();
+    j["batch"] = q.batch;
+    j["context"] = q.context;
+    j["query_tokens"] = res.query;
+    j["attended_tokens"] = res.attended;
+    j["attended_effective"] = res.attended_effective;
+    j["heads_per_gpu"] = res.heads;
+    j["layers_per_gpu"] = res.layers;
+    j["rates"] = res.rates_source;
+    Json ops = Json::array();
+    for (const Op& o : res.ops) {
+      ops.push_back(op_json(o));
+    }
+    j["ops"] = std::move(ops);
+    j["total"]["flops"] = res.flops;
+    j["total"]["bytes"] = res.bytes;
+    j["total"]["time_s"] = res.time_s;
+    j["total"]["tokens_per_s"] = res.tokens_per_s;
+    j["total"]["time_per_token_s"] = res.time_per_token_s;
+    j["dominant"] = res.dominant;
+    list.push_back(std::move(j));
+    for (const auto& note : res.notes) {
+      diagnostics.warnings.push_back(note);
+    }
+  }
+  summary.notes.push_back("ceilings: " + scenarios.front().result.rates_source +
+                          "; ops run one after another (no overlap)");
+  r.json["scenarios"] = std::move(list);
+  r.tables.push_back(std::move(summary));
+  if (args.ops || scenarios.size() == 1) {
+    for (const auto& sc : scenarios) {
+      Table t;
+      t.title = sc.request.model.name + " on " + sc.request.gpu.name + ", batch " +
+                group_digits(sc.request.batch) + ", context " + group_digits(sc.request.context) +
+                (sc.request.model.attention.kind == AttentionKind::mla
+                     ? ", " + std::string(mla_mode_name(sc.result.mla))
+                     : "");
+      t.columns = {{"op", "op"},       {"dtype", "dtype"},      {"FLOPs", "flops"},
+                   {"bytes", "bytes"}, {"FLOP/B", "intensity"}, {"bound", "bound"},
+                   {"time", "time_s"}, {"share", "share"}};
+      for (const Op& o : sc.result.ops) {
+        t.rows.push_back({Cell::text(o.name), Cell::text(o.dtype), Cell::flop(o.flops),
+                          Cell::bytes(static_cast<u64>(o.bytes)), Cell::number(o.intensity),
+                          Cell::text(o.communication   ? "link"
+                                     : o.compute_bound ? "compute"
+                                                       : "memory"),
+                          Cell::text(si_seconds(o.time_s)),
+                          Cell::share(o.time_s / sc.result.time_s)});
+      }
+      r.tables.push_back(std::move(t));
+    }
+  }
+  r.csv = std::move(csv);
+  if (!args.plot.empty()) {
+    write_plot(
+        args.plot, scenarios.front().request,
+        [&] {
+          std::vector<std::pair<std::string, const RooflineResult*>> labelled;
+          for (const auto& sc : scenarios) {
+            labelled.emplace_back(scenario_label(sc.request, sc.result), &sc.result);
+          }
+          return labelled;
+        }(),
+        [&] {
+          std::vector<u64> b;
+          for (const auto& sc : scenarios) {
+            b.push_back(sc.request.batch);
+          }
+          return b;
+        }());
+    err << "kvcalc: wrote " << args.plot << '\n';
+  }
+  warn(err, diagnostics.warnings);
+  emit(r, args.output, out);
+  return 0;
+}
+
+} // namespace kvcalc::cli
