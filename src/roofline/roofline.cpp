@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <kvcalc/core/spell.hpp>
+#include <kvcalc/core/units.hpp>
 #include <kvcalc/kv/footprint.hpp>
 #include <kvcalc/kv/weights.hpp>
 #include <kvcalc/model/params.hpp>
@@ -396,6 +397,13 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   double tokens = d(req.batch) * d(s);
   out.tokens_per_s = tokens / out.time_s;
   out.time_per_token_s = req.phase == Phase::decode ? out.time_s / d(s) : out.time_s;
+  WeightBytes weights =
+      weight_bytes(m, count_params(m), wdt, {par.tp, attention_tp, par.pp, ep, false});
+  if (weights.per_gpu > req.gpu.memory_bytes) {
+    out.notes.push_back(m.name + ": its weights (" + group_digits(weights.per_gpu) +
+                        " B per GPU at tp " + std::to_string(par.tp) + ") do not fit in one " +
+                        req.gpu.name + "; the step is computed all the same");
+  }
   if (par.pp > 1) {
     out.notes.push_back("pipeline parallel: one stage of " + std::to_string(stage) +
                         " layers is modelled; a token crosses all " + std::to_string(par.pp) +

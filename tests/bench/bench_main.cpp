@@ -1,0 +1,91 @@
+// Throughput of the pure-arithmetic paths, printed for docs/performance.md. Not a test: run
+// `build/tests/kvcalc_bench` on a quiet machine and compare ratios within one run.
+
+#include <chrono>
+#include <cstdio>
+
+#include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/kv/footprint.hpp>
+#include <kvcalc/model/registry.hpp>
+#include <kvcalc/roofline/roofline.hpp>
+
+using namespace kvcalc;
+
+namespace {
+
+template <class F> double seconds(F&& f) {
+  auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+} // namespace
+
+int main() {
+  const Model& v3 = *find_builtin_model("deepseek-v3");
+  GpuCatalog catalog;
+  const Gpu& h200 = catalog.find("h200");
+
+  // 10,000 roofline scenarios: 25 batches × 100 contexts × 2 MLA modes × 2 phases.
+  RooflineRequest base;
+  base.model = v3;
+  base.gpu = h200;
+  base.rates = device_rates(h200);
+  base.parallel.tp = 8;
+  double checksum = 0;
+  u64 scenarios = 0;
+  double roofline_s = seconds([&] {
+    for (u64 b = 1; b <= 25; ++b) {
+      for (u64 c = 1; c <= 100; ++c) {
+        for (MlaMode mode : {MlaMode::absorbed, MlaMode::naive}) {
+          for (Phase phase : {Phase::decode, Phase::extend}) {
+            RooflineRequest r = base;
+            r.batch = b * 8;
+            r.context = c * 1024;
+            r.mla = mode;
+            r.phase = phase;
+            r.query = phase == Phase::decode ? 1 : 256;
+            checksum += compute_roofline(r).time_s;
+            ++scenarios;
+          }
+        }
+      }
+    }
+  });
+  std::printf("roofline: %llu DeepSeek-V3 scenarios in %.3f s = %.0f scenarios/s (checksum %.6g)\n",
+              static_cast<unsigned long long>(scenarios), roofline_s,
+              static_cast<double>(scenarios) / roofline_s, checksum);
+
+  u64 capacity_runs = 0;
+  double capacity_s = seconds([&] {
+    for (u64 i = 0; i < 1000; ++i) {
+      CapacityRequest q;
+      q.model = v3;
+      q.gpu = h200;
+      q.parallel.tp = 8;
+      q.engine.engine = i % 2 ? Engine::vllm : Engine::sglang;
+      q.contexts = {4096, 32768, 131072};
+      checksum += compute_capacity(q).contexts[0].max_concurrency;
+      ++capacity_runs;
+    }
+  });
+  std::printf("capacity: %llu DeepSeek-V3 budgets (3 contexts each) in %.3f s = %.0f/s\n",
+              static_cast<unsigned long long>(capacity_runs), capacity_s,
+              static_cast<double>(capacity_runs) / capacity_s);
+
+  u64 footprints = 0;
+  double footprint_s = seconds([&] {
+    FootprintOptions o;
+    o.contexts = {4096, 32768, 131072};
+    for (int i = 0; i < 2000; ++i) {
+      for (const Model& m : builtin_models()) {
+        checksum += static_cast<double>(compute_footprint(m, o).bytes_per_token);
+        ++footprints;
+      }
+    }
+  });
+  std::printf("footprint: %llu footprints in %.3f s = %.0f/s (checksum %.6g)\n",
+              static_cast<unsigned long long>(footprints), footprint_s,
+              static_cast<double>(footprints) / footprint_s, checksum);
+  return 0;
+}

@@ -1,0 +1,161 @@
+#include <catch2/catch.hpp>
+
+#include <kvcalc/model/loader.hpp>
+#include <kvcalc/model/registry.hpp>
+#include <kvcalc/roofline/roofline.hpp>
+
+using namespace kvcalc;
+
+namespace {
+
+const Gpu& catalog_gpu(const char* name) {
+  static const GpuCatalog catalog;
+  return catalog.find(name);
+}
+
+RooflineRequest request(const char* model, const char* gpu, u64 batch, u64 context) {
+  RooflineRequest r;
+  r.model = *find_builtin_model(model);
+  r.gpu = catalog_gpu(gpu);
+  r.rates = device_rates(r.gpu);
+  r.batch = batch;
+  r.context = context;
+  return r;
+}
+
+const Op& find_op(const RooflineResult& r, const std::string& name) {
+  for (const Op& o : r.ops) {
+    if (o.name == name) {
+      return o;
+    }
+  }
+  FAIL("no op " << name);
+  return r.ops.front();
+}
+
+double attention_flops(const RooflineResult& r) {
+  double total = 0;
+  for (const Op& o : r.ops) {
+    total += o.variant.empty() ? 0 : o.flops;
+  }
+  return total;
+}
+
+} // namespace
+
+// REFERENCE §3: absorbed core FLOPs 2·B·H·s·t·1088, bytes B·(t·1152 + s·H·1088·2).
+// At H = 128: 278,528 FLOP per 1,152 B of latent = 241.8 FLOP/B; with the Q/O traffic at
+// B = 128, t = 4,096: 1,140,850,688 / 4,997,120 = 228.3.
+TEST_CASE("MLA absorbed decode intensity: 242 at 128 heads, 30 at 16", "[roofline][mla]") {
+  auto req = request("deepseek-v3", "h200", 128, 4096);
+  req.mla = MlaMode::absorbed;
+  RooflineResult r = compute_roofline(req);
+  const Op& core = find_op(r, "attention.core");
+  CHECK(core.flops / core.kv_bytes == Approx(241.78).epsilon(0.001));
+  CHECK(core.intensity == Approx(228.30).epsilon(0.001));
+  CHECK(core.compute_bound); // past the H200 ridge of 206
+  req.parallel.tp = 8;       // 16 heads per GPU
+  const Op& tp8 = find_op(compute_roofline(req), "attention.core");
+  CHECK(tp8.intensity == Approx(30.0).epsilon(0.01));
+  CHECK_FALSE(tp8.compute_bound);
+}
+
+TEST_CASE("naive MLA decode needs about 117x the FLOPs of absorbed", "[roofline][mla]") {
+  auto req = request("deepseek-v3", "h200", 128, 4096);
+  req.mla = MlaMode::absorbed;
+  double absorbed = attention_flops(compute_roofline(req));
+  req.mla = MlaMode::naive;
+  double naive = attention_flops(compute_roofline(req));
+  // (262,144 + 640) t / (2,176 t + 262,144) at t = 4,096 = 117.3; 120.8 without the
+  // absorption matmuls.
+  CHECK(naive / absorbed == Approx(117.3).epsilon(0.001));
+}
+
+TEST_CASE("prefill without a prefix: absorbed core FLOPs are 3.4x naive", "[roofline][mla]") {
+  auto req = request("deepseek-v3", "h200", 1, 8192);
+  req.phase = Phase::prefill;
+  req.mla = MlaMode::absorbed;
+  double absorbed = find_op(compute_roofline(req), "attention.core").flops;
+  req.mla = MlaMode::naive;
+  double naive = find_op(compute_roofline(req), "attention.core").flops;
+  CHECK(absorbed / naive == Approx(1088.0 / 320.0)); // 3.4
+  req.mla = MlaMode::automatic;
+  CHECK(compute_roofline(req).mla == MlaMode::naive);
+  req.phase = Phase::decode;
+  CHECK(compute_roofline(req).mla == MlaMode::absorbed);
+}
+
+TEST_CASE("GQA decode intensity is H / H_kv: about 8 for GQA-8, 1 for MHA", "[roofline]") {
+  const Op& gqa =
+      find_op(compute_roofline(request("llama-3.1-70b", "h100", 1, 4096)), "attention.core");
+  CHECK(gqa.flops / gqa.kv_bytes == Approx(8.0));
+  CHECK(gqa.intensity == Approx(8.0).epsilon(0.01));
+  const Op& mha =
+      find_op(compute_roofline(request("llama-2-7b", "h100", 1, 4096)), "attention.core");
+  CHECK(mha.flops / mha.kv_bytes == Approx(1.0));
+}
+
+TEST_CASE("the MLA crossover: 170.7 in FLOPs, earlier in time", "[roofline][mla]") {
+  auto req = request("deepseek-v3", "h200", 1, 4096);
+  MlaCrossover c = mla_crossover(req);
+  // d_c (d_nope + d_v) / (2 d_c - d_nope - d_v) = 512 · 256 / 768.
+  CHECK(c.flop_ratio == Approx(512.0 * 256 / 768));
+  double s = c.flop_query;
+  CHECK(s * (4096 + s / 2) / 4096 == Approx(c.flop_ratio));
+  CHECK(c.time_query > 0);
+  CHECK(c.time_query < 400);
+  CHECK_THROWS_WITH(mla_crossover(request("llama-3.1-8b", "h200", 1, 4096)),
+                    Catch::Contains("needs an MLA model"));
+}
+
+TEST_CASE("a batch touches E·(1 − (1 − k/E)^n) experts", "[roofline][moe]") {
+  CHECK(expected_experts(256, 8, 1) == Approx(8));
+  CHECK(expected_experts(256, 8, 1e6) == Approx(256));
+  CHECK(expected_experts(256, 8, 32) == Approx(256 * (1 - std::pow(1 - 8.0 / 256, 32))));
+  // DeepSeek-V3 decode at batch 1 reads 8 experts per MoE layer.
+  auto req = request("deepseek-v3", "h200", 1, 4096);
+  const Op& experts = find_op(compute_roofline(req), "moe.experts");
+  double per_expert = 3.0 * 7168 * 2048 + 3.0 * 56 * 16 * 4; // fp8 + one fp32 scale per block
+  CHECK(experts.weight_bytes == Approx(8 * per_expert * 58));
+}
+
+// kipply, "Transformer inference arithmetic": a 13B model (40 layers, d 5,120) decoding one
+// token on an A100 at 1.5 TB/s reads 2 × 40 × 12 × 5,120² bytes of block weights:
+// 25,165,824,000 B / 1.5e12 = 16.8 ms. 12·d² approximates the block; Llama-2-13B's exact block
+// is 4·d² + 3·d·13,824 (0.8% more). kvcalc also reads the LM head, the KV cache of 512 tokens
+// and the activations (docs/formulas.md, "Published step times").
+TEST_CASE("kipply's 13B decode step", "[roofline][published]") {
+  auto req = request("llama-2-13b", "a100-sxm-40gb", 1, 512);
+  req.rates.bandwidth_bytes_per_s = 1.5e12;
+  RooflineResult r = compute_roofline(req);
+  double block_weights = 0;
+  for (const Op& o : r.ops) {
+    block_weights += o.name == "lm_head" ? 0 : o.weight_bytes;
+  }
+  CHECK(block_weights == Approx(2.0 * 40 * (4.0 * 5120 * 5120 + 3.0 * 5120 * 13824)));
+  CHECK(block_weights / (2.0 * 40 * 12 * 5120 * 5120) == Approx(1.0083).epsilon(1e-4));
+  CHECK(r.time_s == Approx(17.42e-3).epsilon(0.005));
+}
+
+// "How to scale your model": LLaMA-2-13B on 8 TPU v5e (8.2e11 B/s, 1.97e14 FLOP/s each) at
+// 8,192 tokens: (26e9 + B · 6.7e9) / (8 · 8.2e11) = 4.98 ms at batch 1, 249.09 ms at 240.
+TEST_CASE("the scaling book's LLaMA-2-13B step times", "[roofline][published]") {
+  auto req = request("llama-2-13b", "h100", 1, 8192);
+  req.rates.bandwidth_bytes_per_s = 8.2e11;
+  req.rates.flops_per_s = PeakFlops{};
+  req.rates.flops_per_s.bf16 = 1.97e14;
+  req.parallel.tp = 8;
+  req.communication = false;
+  CHECK(compute_roofline(req).time_s == Approx(4.98e-3).epsilon(0.03));
+  req.batch = 240;
+  CHECK(compute_roofline(req).time_s == Approx(249.09e-3).epsilon(0.03));
+}
+
+TEST_CASE("bad roofline input is refused", "[roofline]") {
+  auto req = request("qwen3-next-80b-a3b", "h200", 1, 4096);
+  CHECK_THROWS_WITH(compute_roofline(req), Catch::Contains("linear-attention"));
+  req = request("llama-3.1-8b", "h200", 0, 4096);
+  CHECK_THROWS_AS(compute_roofline(req), InputError);
+  CHECK_THROWS_AS(parse_phase("decoding"), InputError);
+  CHECK_THROWS_WITH(parse_mla_mode("absorb"), Catch::Contains("did you mean 'absorbed'?"));
+}
