@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <kvcalc/report/json.hpp>
+#include <kvcalc/report/svg.hpp>
 #include <kvcalc/report/table.hpp>
 
 using namespace kvcalc;
@@ -59,4 +60,38 @@ TEST_CASE("JSON keeps key order and exact integers", "[report]") {
   CHECK(j.dump(0) ==
         R"({"z":1,"a":18446744073709551615,"s":"quote \" and \\ and \n","list":[0.5,null]})");
   CHECK(Json::array().dump() == "[]");
+}
+
+TEST_CASE("the SVG roofline has axes with units, ceilings and one marker per point",
+          "[report][svg]") {
+  RooflineChart c;
+  c.title = "Roofline: H200";
+  c.bandwidth_bytes_per_s = 4.8e12;
+  c.ceilings = {{"bf16", 989.4e12}, {"fp8", 1978.9e12}};
+  c.points = {{228.3, 900e12, "attention.core", PointStyle::absorbed},
+              {4096, 950e12, "attention.core", PointStyle::naive},
+              {1.0, 4.8e12, "norms <&>", PointStyle::other}};
+  LineChart sweep{"Throughput against batch",
+                  "batch (sequences)",
+                  "tokens/s",
+                  {{"absorbed", {1, 2, 4}, {100, 190, 350}}}};
+  std::string svg = render_svg(c, {sweep});
+  CHECK(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+  CHECK(svg.ends_with("</svg>\n"));
+  CHECK(svg.find("arithmetic intensity (FLOP/byte)") != std::string::npos);
+  CHECK(svg.find("attainable and achieved FLOP/s") != std::string::npos);
+  CHECK(svg.find("bf16 989.4 TFLOP/s (ridge 206 FLOP/B)") != std::string::npos);
+  CHECK(svg.find("memory 4.800 TB/s") != std::string::npos);
+  CHECK(svg.find("norms &lt;&amp;&gt;") != std::string::npos);
+  CHECK(svg.find("batch (sequences)") != std::string::npos);
+  // 2 point markers + 1 square + 3 legend markers (circle, square, circle) + 3 line points.
+  auto count = [&](const std::string& needle) {
+    std::size_t n = 0;
+    for (auto at = svg.find(needle); at != std::string::npos; at = svg.find(needle, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  CHECK(count("<circle") == 2 + 2 + 3);
+  CHECK(count("<rect x=") == 1 + 1 + 2); // naive point, legend square, two panel frames
 }
