@@ -251,6 +251,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                    "Scale the datasheet ceilings: bw=F,flops=F (e.g. bw=0.85,flops=0.7) "
                    "[default: 1, the datasheet]")
       ->type_name("bw=F,flops=F");
+  roofline_cmd
+      ->add_option("--device-profile", roofline.device_profile,
+                   "Measured ceilings (a profile `kvcalc measure` writes) instead of the "
+                   "datasheet's")
+      ->type_name("FILE");
   roofline_cmd->add_flag("--no-comm", roofline.no_communication,
                          "Leave out TP all-reduce and EP all-to-all time");
   roofline_cmd->add_flag("--ops", roofline.ops, "Print the op table of every scenario");

@@ -80,7 +80,8 @@ struct RooflineArgs {
   std::string query = "1"; ///< decode: tokens per request per step; extend: chunk
   std::vector<std::string> mla{"auto"};
   std::string naive_kv = "fused";
-  std::string efficiency; ///< "bw=0.85,flops=0.7"
+  std::string efficiency;     ///< "bw=0.85,flops=0.7"
+  std::string device_profile; ///< measured ceilings (docs/device-profile.md)
   bool no_communication = false;
   bool mla_crossover = false;
   bool ops = false; ///< print every op of every scenario

@@ -11,6 +11,7 @@
 #include <kvcalc/report/svg.hpp>
 #include <kvcalc/roofline/roofline.hpp>
 
+#include "../core/yaml_support.hpp"
 #include "commands.hpp"
 
 namespace kvcalc::cli {
@@ -209,6 +210,14 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     throw InputError("unknown --naive-kv '" + args.naive_kv + "' (one of: fused, materialized)");
   }
   auto [bw_eff, flops_eff] = parse_efficiency(args.efficiency);
+  std::optional<DeviceProfile> profile;
+  if (!args.device_profile.empty()) {
+    if (!args.efficiency.empty()) {
+      throw InputError("--efficiency and --device-profile both set the ceilings; give one");
+    }
+    profile =
+        parse_device_profile(detail::read_text_file(args.device_profile), args.device_profile);
+  }
   GpuCatalog catalog(args.deployment.gpu_file);
   std::optional<DType> weight_dtype;
   if (!args.deployment.weight_dtype.empty()) {
@@ -229,7 +238,7 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
         RooflineRequest req;
         req.model = m;
         req.gpu = gpu;
-        req.rates = device_rates(gpu, bw_eff, flops_eff);
+        req.rates = profile ? device_rates(gpu, *profile) : device_rates(gpu, bw_eff, flops_eff);
         req.cache = cache_request(args.cache);
         req.weight_dtype = weight_dtype;
         req.parallel = {

@@ -120,3 +120,25 @@ struct MlaCrossover {
 [[nodiscard]] double expected_experts(u64 experts, u64 per_token, double tokens);
 
 } // namespace kvcalc
+
+namespace kvcalc {
+
+/// Measured ceilings of one device, as `kvcalc measure` writes them (docs/device-profile.md).
+struct DeviceProfile {
+  std::string file;
+  std::string device;  ///< "NVIDIA H200", "AMD EPYC 9654 (96 threads)"
+  std::string backend; ///< cuda | cpu | fake
+  std::string date;
+  double bandwidth_bytes_per_s = 0;
+  PeakFlops flops_per_s;       ///< measured; unset dtypes were not measured
+  double link_bytes_per_s = 0; ///< 0: not measured
+};
+
+/// Parses a device profile; errors are located InputErrors.
+[[nodiscard]] DeviceProfile parse_device_profile(const std::string& text, const std::string& file);
+
+/// Ceilings from a profile. Dtypes it did not measure take the datasheet peak of `gpu` scaled
+/// by the measured/datasheet ratio of bf16 (said in the source line); the link likewise.
+[[nodiscard]] DeviceRates device_rates(const Gpu& gpu, const DeviceProfile& profile);
+
+} // namespace kvcalc
