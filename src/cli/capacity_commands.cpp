@@ -154,16 +154,6 @@ EngineSettings engine_settings(const DeploymentOptions& d, std::optional<u64> bl
   return s;
 }
 
-std::string context_text(u64 tokens) {
-  if (tokens % (u64{1} << 20) == 0) {
-    return std::to_string(tokens >> 20) + "M";
-  }
-  if (tokens % 1024 == 0) {
-    return std::to_string(tokens / 1024) + "k";
-  }
-  return group_digits(tokens);
-}
-
 } // namespace
 
 std::vector<CapacityRequest> capacity_requests(const std::vector<Model>& models,
@@ -302,7 +292,7 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
       scenarios.push_back(std::move(s));
     };
     auto row = [&](const ContextCapacity* x, std::optional<u64> tokens) {
-      Cell context = tokens ? Cell::text(context_text(*tokens)) : Cell::empty();
+      Cell context = tokens ? Cell::text(context_label(*tokens)) : Cell::empty();
       std::vector<Cell> cells{Cell::text(m.name),
                               Cell::text(c.gpu),
                               Cell::count(c.parallel.gpus),

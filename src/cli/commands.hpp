@@ -122,6 +122,10 @@ struct Rendered {
 };
 
 void emit(const Rendered& result, const OutputOptions& options, std::ostream& out);
+/// Writes `text` to `path`; an unwritable path is an Error naming it.
+void write_text_file(const std::string& path, const std::string& text);
+/// Short label for a context: "128k" when a whole number of k, "1M", else the grouped count.
+std::string context_label(u64 tokens);
 /// Prints warnings as "kvcalc: warning: ..." lines, each once.
 void warn(std::ostream& err, const std::vector<std::string>& warnings);
 /// {"kvcalc": {"version", "schema"}, "command": name}

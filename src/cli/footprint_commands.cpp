@@ -31,17 +31,6 @@ CacheRequest cache_request(const CacheOptions& o) {
 
 namespace {
 
-/// Short label for a context: "128k" when it is a whole number of k, else the count.
-std::string context_label(u64 tokens) {
-  if (tokens % (u64{1} << 20) == 0) {
-    return std::to_string(tokens >> 20) + "M";
-  }
-  if (tokens % 1024 == 0) {
-    return std::to_string(tokens / 1024) + "k";
-  }
-  return group_digits(tokens);
-}
-
 std::string attention_detail(const Model& m) {
   const Attention& a = m.attention;
   std::string kind(attention_kind_name(a.kind));

@@ -90,10 +90,7 @@ int run_import(const ImportArgs& args, std::ostream& out, std::ostream& err) {
     out << yaml;
     return 0;
   }
-  std::ofstream file(args.file, std::ios::binary);
-  if (!file || !(file << yaml) || !file.flush()) {
-    throw Error("cannot write '" + args.file + "'");
-  }
+  write_text_file(args.file, yaml);
   err << "kvcalc: wrote " << args.file << " (" << m.name << ")\n";
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <ostream>
 
 #include <kvcalc/core/error.hpp>
+#include <kvcalc/core/units.hpp>
 #include <kvcalc/core/version.hpp>
 
 #include "commands.hpp"
@@ -73,10 +74,24 @@ void emit(const Rendered& result, const OutputOptions& options, std::ostream& ou
     out << text;
     return;
   }
-  std::ofstream file(options.file, std::ios::binary);
+  write_text_file(options.file, text);
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary);
   if (!file || !(file << text) || !file.flush()) {
-    throw Error("cannot write '" + options.file + "'");
+    throw Error("cannot write '" + path + "'");
   }
+}
+
+std::string context_label(u64 tokens) {
+  if (tokens % (u64{1} << 20) == 0) {
+    return std::to_string(tokens >> 20) + "M";
+  }
+  if (tokens % 1024 == 0) {
+    return std::to_string(tokens / 1024) + "k";
+  }
+  return group_digits(tokens);
 }
 
 void warn(std::ostream& err, const std::vector<std::string>& warnings) {

@@ -13,13 +13,6 @@ namespace kvcalc::cli {
 
 namespace {
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream file(path, std::ios::binary);
-  if (!file || !(file << text) || !file.flush()) {
-    throw Error("cannot write '" + path + "'");
-  }
-}
-
 std::string setup(const ScenarioResult& s) {
   const CapacityResult& c = s.capacity;
   std::string text = s.model.name + " on " + group_digits(c.parallel.gpus) + " × " + c.gpu +
@@ -100,10 +93,10 @@ int run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err) {
   r.csv = t;
   r.tables.push_back(std::move(t));
   if (!args.report.empty()) {
-    write_file(args.report, md);
+    write_text_file(args.report, md);
   }
   if (!args.json.empty()) {
-    write_file(args.json, r.json.dump(2) + "\n");
+    write_text_file(args.json, r.json.dump(2) + "\n");
   }
   emit(r, args.output, out);
   return failed ? static_cast<int>(ExitCode::plan_failed) : 0;

@@ -175,11 +175,7 @@ void write_plot(const std::string& path, const RooflineRequest& first,
     charts.push_back(std::move(throughput));
     charts.push_back(std::move(latency));
   }
-  std::ofstream file(path, std::ios::binary);
-  std::string svg = render_svg(chart, charts);
-  if (!file || !(file << svg) || !file.flush()) {
-    throw Error("cannot write '" + path + "'");
-  }
+  write_text_file(path, render_svg(chart, charts));
 }
 
 } // namespace

@@ -55,7 +55,8 @@ TEST_CASE("MLA absorbed decode intensity: 242 at 128 heads, 30 at 16", "[rooflin
   CHECK(core.intensity == Approx(228.30).epsilon(0.001));
   CHECK(core.compute_bound); // past the H200 ridge of 206
   req.parallel.tp = 8;       // 16 heads per GPU
-  const Op& tp8 = find_op(compute_roofline(req), "attention.core");
+  RooflineResult at_tp8 = compute_roofline(req);
+  const Op& tp8 = find_op(at_tp8, "attention.core");
   CHECK(tp8.intensity == Approx(30.0).epsilon(0.01));
   CHECK_FALSE(tp8.compute_bound);
 }
@@ -86,12 +87,12 @@ TEST_CASE("prefill without a prefix: absorbed core FLOPs are 3.4x naive", "[roof
 }
 
 TEST_CASE("GQA decode intensity is H / H_kv: about 8 for GQA-8, 1 for MHA", "[roofline]") {
-  const Op& gqa =
-      find_op(compute_roofline(request("llama-3.1-70b", "h100", 1, 4096)), "attention.core");
+  RooflineResult llama70 = compute_roofline(request("llama-3.1-70b", "h100", 1, 4096));
+  const Op& gqa = find_op(llama70, "attention.core");
   CHECK(gqa.flops / gqa.kv_bytes == Approx(8.0));
   CHECK(gqa.intensity == Approx(8.0).epsilon(0.01));
-  const Op& mha =
-      find_op(compute_roofline(request("llama-2-7b", "h100", 1, 4096)), "attention.core");
+  RooflineResult llama7 = compute_roofline(request("llama-2-7b", "h100", 1, 4096));
+  const Op& mha = find_op(llama7, "attention.core");
   CHECK(mha.flops / mha.kv_bytes == Approx(1.0));
 }
 
@@ -114,7 +115,8 @@ TEST_CASE("a batch touches E·(1 − (1 − k/E)^n) experts", "[roofline][moe]")
   CHECK(expected_experts(256, 8, 32) == Approx(256 * (1 - std::pow(1 - 8.0 / 256, 32))));
   // DeepSeek-V3 decode at batch 1 reads 8 experts per MoE layer.
   auto req = request("deepseek-v3", "h200", 1, 4096);
-  const Op& experts = find_op(compute_roofline(req), "moe.experts");
+  RooflineResult v3 = compute_roofline(req);
+  const Op& experts = find_op(v3, "moe.experts");
   double per_expert = 3.0 * 7168 * 2048 + 3.0 * 56 * 16 * 4; // fp8 + one fp32 scale per block
   CHECK(experts.weight_bytes == Approx(8 * per_expert * 58));
 }
