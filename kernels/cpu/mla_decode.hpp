@@ -1,0 +1,65 @@
+#pragma once
+// MLA decode on the CPU, both strategies, over a paged latent cache (kernels/README.md).
+// Launch functions take plain parameter structs; inputs are checked here, on the host side.
+
+#include <cstdint>
+#include <vector>
+
+namespace kvcalc::kernels {
+
+/// Shapes of one MLA decode step (DeepSeek dimensions by default).
+struct MlaShape {
+  std::uint64_t batch = 1;      ///< sequences
+  std::uint64_t heads = 128;    ///< query heads
+  std::uint64_t query = 1;      ///< new tokens per sequence (s); each attends the whole context
+  std::uint64_t context = 4096; ///< cached tokens per sequence (t)
+  std::uint64_t d_c = 512;      ///< latent width (kv_lora_rank)
+  std::uint64_t d_r = 64;       ///< decoupled RoPE width
+  std::uint64_t d_nope = 128;
+  std::uint64_t d_v = 128;
+  std::uint64_t block = 64; ///< tokens per cache page
+  double softmax_scale = 0; ///< 0: 1/√(d_nope + d_r)
+};
+
+/// Inputs of one step, every value already rounded to bf16 and stored as float.
+struct MlaInputs {
+  MlaShape shape;
+  std::vector<float> q;     ///< [batch][query][heads][d_nope + d_r]
+  std::vector<float> cache; ///< [pages][block][d_c + d_r]; tails past `context` hold NaN
+  std::vector<std::uint32_t> block_table; ///< [batch][pages per sequence] → page
+  std::vector<float> w_uk; ///< [heads][d_nope][d_c]: latent → per-head key (nope part)
+  std::vector<float> w_uv; ///< [heads][d_v][d_c]: latent → per-head value
+  [[nodiscard]] std::uint64_t pages_per_sequence() const;
+};
+
+/// Deterministic random inputs (values ~N(0, 1)/√width rounded to bf16), a randomly permuted
+/// block table and NaN-filled page tails.
+[[nodiscard]] MlaInputs make_mla_inputs(const MlaShape& shape, std::uint64_t seed);
+
+/// Output [batch][query][heads][d_v].
+using MlaOutput = std::vector<float>;
+
+/// W_UK folded into the query, attention over the d_c + d_r latent, W_UV after.
+void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads);
+
+/// Decompress the latent of each sequence into per-head K (nope) and V, then attend per head.
+void mla_decode_naive(const MlaInputs& in, MlaOutput& out, unsigned threads);
+
+/// The same function in double precision, loop by loop, for the first `sequences` sequences:
+/// the reference both kernels match.
+[[nodiscard]] std::vector<double> mla_decode_reference(const MlaInputs& in,
+                                                       std::uint64_t sequences = UINT64_MAX);
+
+/// Over the reference's values (a prefix of `got`): 1 − 2Σxy / Σ(x² + y²) (FlashMLA's cosine
+/// difference) and max |x − y|; a NaN anywhere makes both NaN and `finite` false.
+struct Agreement {
+  double cos_diff = 0;
+  double max_abs_error = 0;
+  bool finite = true;
+};
+[[nodiscard]] Agreement compare(const std::vector<float>& got, const std::vector<double>& want);
+
+/// Rounds to the nearest bf16 value (ties to even), kept as a float.
+[[nodiscard]] float round_bf16(float v);
+
+} // namespace kvcalc::kernels

@@ -1,0 +1,156 @@
+#include "probes.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <Eigen/Dense>
+
+namespace kvcalc::kernels {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+template <class Body> double timed_parallel(unsigned threads, Body&& body) {
+  std::vector<std::thread> pool;
+  auto start = Clock::now();
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] { body(t); });
+  }
+  for (auto& th : pool) {
+    th.join();
+  }
+  return since(start);
+}
+
+} // namespace
+
+std::uint64_t last_level_cache_bytes() {
+  for (int index = 4; index >= 0; --index) {
+    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+    std::string text;
+    if (in >> text && !text.empty()) {
+      std::uint64_t value = std::stoull(text);
+      char unit = text.back();
+      return unit == 'K' ? value << 10 : unit == 'M' ? value << 20 : value;
+    }
+  }
+  return 32ULL << 20;
+}
+
+BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned threads,
+                                  unsigned repeats) {
+  std::uint64_t n = bytes_per_array / sizeof(double);
+  std::vector<double> a(n, 1.0);
+  std::vector<double> b(n, 2.0);
+  std::vector<double> c(n, 0.5);
+  std::vector<double> partial(threads, 0.0);
+  auto range = [&](unsigned t) {
+    std::uint64_t chunk = (n + threads - 1) / threads;
+    return std::pair<std::uint64_t, std::uint64_t>{std::min(n, t * chunk),
+                                                   std::min(n, (t + 1) * chunk)};
+  };
+  BandwidthResult r;
+  double bytes = static_cast<double>(n * sizeof(double));
+  for (unsigned rep = 0; rep < repeats; ++rep) {
+    double read = timed_parallel(threads, [&](unsigned t) {
+      auto [lo, hi] = range(t);
+      double sum = 0;
+      for (std::uint64_t i = lo; i < hi; ++i) {
+        sum += a[i];
+      }
+      partial[t] = sum;
+    });
+    double copy = timed_parallel(threads, [&](unsigned t) {
+      auto [lo, hi] = range(t);
+      for (std::uint64_t i = lo; i < hi; ++i) {
+        b[i] = a[i];
+      }
+    });
+    double triad = timed_parallel(threads, [&](unsigned t) {
+      auto [lo, hi] = range(t);
+      for (std::uint64_t i = lo; i < hi; ++i) {
+        a[i] = b[i] + 0.5 * c[i];
+      }
+    });
+    r.read_bytes_per_s = std::max(r.read_bytes_per_s, bytes / read);
+    r.copy_bytes_per_s = std::max(r.copy_bytes_per_s, 2 * bytes / copy);
+    r.triad_bytes_per_s = std::max(r.triad_bytes_per_s, 3 * bytes / triad);
+    for (double p : partial) {
+      r.checksum += p;
+    }
+  }
+  r.checksum += a[n / 2] + b[n / 3];
+  return r;
+}
+
+double measure_fma_flops(unsigned threads, double seconds_per_thread) {
+  constexpr int k_lanes = 64; // independent chains, enough to fill the FMA pipes
+  std::atomic<std::uint64_t> iterations{0};
+  std::vector<float> sink(threads, 0.0f);
+  double elapsed = timed_parallel(threads, [&](unsigned t) {
+    float acc[k_lanes];
+    for (int i = 0; i < k_lanes; ++i) {
+      acc[i] = 1.0f + static_cast<float>(i) * 1e-3f;
+    }
+    const float mul = 0.999999f;
+    const float add = 1e-7f;
+    std::uint64_t done = 0;
+    auto start = Clock::now();
+    while (since(start) < seconds_per_thread) {
+      for (int rep = 0; rep < 4096; ++rep) {
+        for (int i = 0; i < k_lanes; ++i) {
+          acc[i] = acc[i] * mul + add;
+        }
+      }
+      done += 4096;
+    }
+    float s = 0;
+    for (float v : acc) {
+      s += v;
+    }
+    sink[t] = s;
+    iterations += done;
+  });
+  float keep = 0;
+  for (float v : sink) {
+    keep += v;
+  }
+  volatile float observed = keep;
+  (void)observed;
+  return 2.0 * k_lanes * static_cast<double>(iterations.load()) / elapsed;
+}
+
+double measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats) {
+  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  auto size = static_cast<Eigen::Index>(n);
+  Matrix a = Matrix::Random(size, size);
+  Matrix b = Matrix::Random(size, size);
+  Matrix c = Matrix::Zero(size, size);
+  Eigen::Index rows = (size + threads - 1) / threads;
+  double best = 0;
+  for (unsigned rep = 0; rep < repeats; ++rep) {
+    double elapsed = timed_parallel(threads, [&](unsigned t) {
+      Eigen::Index first = std::min<Eigen::Index>(size, t * rows);
+      Eigen::Index count = std::min<Eigen::Index>(size - first, rows);
+      if (count > 0) {
+        c.middleRows(first, count).noalias() = a.middleRows(first, count) * b;
+      }
+    });
+    best = std::max(best, 2.0 * static_cast<double>(n * n * n) / elapsed);
+  }
+  volatile float observed = c(0, 0);
+  (void)observed;
+  return best;
+}
+
+} // namespace kvcalc::kernels

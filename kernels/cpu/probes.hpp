@@ -1,0 +1,28 @@
+#pragma once
+// Roofline probes on the CPU: STREAM-style bandwidth, an FMA loop and a GEMM.
+
+#include <cstdint>
+
+namespace kvcalc::kernels {
+
+struct BandwidthResult {
+  double read_bytes_per_s = 0;  ///< sum of one array
+  double copy_bytes_per_s = 0;  ///< b = a: read + write counted
+  double triad_bytes_per_s = 0; ///< a = b + s·c: two reads + one write counted
+  double checksum = 0;          ///< keeps every pass observable
+};
+
+/// Arrays of `bytes_per_array` doubles split over `threads`; best of `repeats` passes.
+[[nodiscard]] BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned threads,
+                                                unsigned repeats);
+
+/// FP32 FLOP/s of independent fused multiply-adds in registers, all threads.
+[[nodiscard]] double measure_fma_flops(unsigned threads, double seconds_per_thread);
+
+/// FP32 FLOP/s of an n × n × n GEMM (Eigen), rows split over threads; best of `repeats`.
+[[nodiscard]] double measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats);
+
+/// Bytes of the last-level cache (sysfs), or 32 MiB when the system does not say.
+[[nodiscard]] std::uint64_t last_level_cache_bytes();
+
+} // namespace kvcalc::kernels
