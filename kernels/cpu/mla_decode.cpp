@@ -155,13 +155,13 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
   auto dn = static_cast<Eigen::Index>(s.d_nope);
   auto dv = static_cast<Eigen::Index>(s.d_v);
   auto qk = dn + dr;
+  auto width = dc + dr;
   auto scale = static_cast<float>(scale_of(s));
+  std::uint64_t pages = in.pages_per_sequence();
   out.assign(s.batch * s.query * s.heads * s.d_v, 0.0f);
   parallel_for(s.batch, threads, [&](std::uint64_t b) {
-    RowMatrix latent;
-    gather(in, b, latent);
     // Q in latent space: rows (s, h) = q_nope[s][h] · W_UK[h], plus the RoPE part.
-    RowMatrix q_lat(S * H, dc + dr);
+    RowMatrix q_lat(S * H, width);
     for (Eigen::Index si = 0; si < S; ++si) {
       for (Eigen::Index h = 0; h < H; ++h) {
         const float* q = in.q.data() + ((b * s.query + static_cast<std::uint64_t>(si)) * s.heads +
@@ -173,10 +173,42 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
         q_lat.row(si * H + h).tail(dr) = Eigen::Map<const Eigen::RowVectorXf>(q + dn, dr);
       }
     }
-    // Every head attends the same 576-wide latent: one GEMM for all of them.
-    RowMatrix scores = q_lat * latent.transpose();
-    softmax_rows(scores, scale);
-    RowMatrix o_lat = scores * latent.leftCols(dc);
+    q_lat *= scale;
+    // One pass over the pages with an online softmax: each page is read once, and every head
+    // attends it in one GEMM (the 576-wide latent is shared by all heads).
+    Eigen::Index rows_q = S * H;
+    Eigen::VectorXf running_max = Eigen::VectorXf::Constant(rows_q, -INFINITY);
+    Eigen::VectorXf running_sum = Eigen::VectorXf::Zero(rows_q);
+    Eigen::VectorXf new_max(rows_q);
+    Eigen::VectorXf rescale(rows_q);
+    RowMatrix o_lat = RowMatrix::Zero(rows_q, dc);
+    // Pages are gathered a few at a time into a buffer that stays in cache, so each GEMM
+    // covers up to 256 tokens; the cache itself is read once.
+    constexpr std::uint64_t k_pages_per_chunk = 4;
+    RowMatrix chunk(static_cast<Eigen::Index>(k_pages_per_chunk * s.block), width);
+    RowMatrix scores(rows_q, chunk.rows());
+    for (std::uint64_t p0 = 0; p0 < pages; p0 += k_pages_per_chunk) {
+      Eigen::Index rows = 0;
+      for (std::uint64_t p = p0; p < std::min(pages, p0 + k_pages_per_chunk); ++p) {
+        auto n = static_cast<Eigen::Index>(std::min(s.block, s.context - p * s.block));
+        std::memcpy(chunk.data() + rows * width,
+                    in.cache.data() +
+                        in.block_table[b * pages + p] * s.block * static_cast<std::uint64_t>(width),
+                    static_cast<std::size_t>(n * width) * sizeof(float));
+        rows += n;
+      }
+      auto tokens = chunk.topRows(rows);
+      auto sc = scores.leftCols(rows);
+      sc.noalias() = q_lat * tokens.transpose();
+      new_max = running_max.cwiseMax(sc.rowwise().maxCoeff());
+      rescale = (running_max - new_max).array().exp();
+      sc = (sc.colwise() - new_max).array().exp();
+      running_sum = running_sum.cwiseProduct(rescale) + sc.rowwise().sum();
+      o_lat = rescale.asDiagonal() * o_lat;
+      o_lat.noalias() += sc * tokens.leftCols(dc);
+      running_max = new_max;
+    }
+    o_lat = running_sum.cwiseInverse().asDiagonal() * o_lat;
     for (Eigen::Index si = 0; si < S; ++si) {
       for (Eigen::Index h = 0; h < H; ++h) {
         ConstMap w_uv(in.w_uv.data() + static_cast<std::uint64_t>(h) * s.d_v * s.d_c, dv, dc);

@@ -268,6 +268,31 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   add_deployment_options(roofline_cmd, roofline.deployment);
   add_output_options(roofline_cmd, roofline.output);
 
+  cli::MeasureArgs measure;
+  auto* measure_cmd = app.add_subcommand(
+      "measure", "Measure this machine: bandwidth and compute probes, MLA decode both ways");
+  measure_cmd
+      ->add_option("--backend", measure.backend,
+                   "auto (cuda when a GPU is present, else cpu), cpu, cuda, or fake (fixed "
+                   "figures, for tests)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda", "fake"}))
+      ->capture_default_str();
+  measure_cmd->add_option("--out", measure.profile, "Write the device profile YAML to FILE")
+      ->type_name("FILE");
+  measure_cmd
+      ->add_option("--heads", measure.heads,
+                   "Query heads of the MLA kernels, comma-separated [default: 1,16; --quick 1,8]")
+      ->type_name("N,...");
+  measure_cmd->add_option("--batch", measure.batch, "Sequences [default: 4; --quick 2]")
+      ->type_name("N,...");
+  measure_cmd->add_option("--context", measure.context, "Cached tokens [default: 2k; --quick 1k]")
+      ->type_name("TOKENS,...");
+  measure_cmd->add_option("--query", measure.query, "New tokens per sequence (s)")
+      ->type_name("TOKENS")
+      ->capture_default_str();
+  measure_cmd->add_flag("--quick", measure.quick, "Smaller probes and kernels: a few seconds");
+  add_output_options(measure_cmd, measure.output);
+
   cli::PlanArgs plan;
   auto* plan_cmd = app.add_subcommand(
       "plan", "Check a capacity plan's requirements; exit 3 when any fails (for CI)");
@@ -324,6 +349,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
   if (roofline_cmd->parsed()) {
     return cli::run_roofline(roofline, out, err);
+  }
+  if (measure_cmd->parsed()) {
+    return cli::run_measure_command(measure, out, err);
   }
   if (plan_cmd->parsed()) {
     return cli::run_plan(plan, out, err);

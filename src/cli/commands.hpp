@@ -91,6 +91,17 @@ struct RooflineArgs {
   OutputOptions output;
 };
 
+struct MeasureArgs {
+  std::string backend = "auto";
+  std::string profile; ///< --out: the device profile YAML
+  std::string heads;   ///< empty: the defaults (1,16; quick 1,8)
+  std::string batch;
+  std::string context;
+  std::string query = "1";
+  bool quick = false;
+  OutputOptions output;
+};
+
 struct PlanArgs {
   std::string file;
   std::string report; ///< markdown report file
@@ -140,6 +151,7 @@ std::vector<CapacityRequest> capacity_requests(const std::vector<Model>& models,
                                                std::optional<u64> max_context_at);
 int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err);
 int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err);
+int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream& err);
 int run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err);
 int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& err);
 /// The cache request of the cache options (shared by footprint, compare, capacity).

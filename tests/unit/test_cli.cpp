@@ -115,3 +115,21 @@ TEST_CASE("a failing plan exits 3 and writes its report and JSON", "[cli][plan]"
   CHECK(ok.code == 0);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roofline reads",
+          "[cli][measure]") {
+  auto dir = temp_dir();
+  auto profile = dir / "cpu.yaml";
+  Run r = cli({"measure", "--backend", "cpu", "--quick", "--heads", "2", "--batch", "1",
+               "--context", "256", "--out", profile.string(), "--format", "json"});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("\"name\": \"mla_decode.absorbed\"") != std::string::npos);
+  CHECK(r.out.find("\"name\": \"mla_decode.naive\"") != std::string::npos);
+  std::string yaml = slurp(profile);
+  CHECK(yaml.find("backend: cpu") != std::string::npos);
+  Run roof =
+      cli({"roofline", "llama-3.1-8b", "--gpu", "h100", "--device-profile", profile.string()});
+  CHECK(roof.code == 0);
+  CHECK(roof.out.find("device profile " + profile.string() + " (cpu") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}

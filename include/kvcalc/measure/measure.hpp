@@ -1,0 +1,103 @@
+#pragma once
+/// `kvcalc measure`: probes and MLA decode kernels on a backend (cpu, fake; cuda when built),
+/// checked against a reference before they are timed, then turned into a device profile that
+/// calibrates the roofline (docs/device-profile.md, docs/formulas.md §13).
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <kvcalc/roofline/roofline.hpp>
+
+namespace kvcalc {
+
+/// One MLA decode configuration (DeepSeek dimensions).
+struct MlaKernelConfig {
+  u64 heads = 16;
+  u64 batch = 4;
+  u64 context = 2048;
+  u64 query = 1;
+};
+
+/// FLOPs and bytes one MLA decode kernel moves, as the backend stores its data.
+struct KernelCost {
+  double flops = 0;
+  double bytes = 0;
+};
+
+/// `naive` true: decompression per head with K and V written and read back (materialized).
+[[nodiscard]] KernelCost mla_kernel_cost(const MlaKernelConfig& c, bool naive,
+                                         double bytes_per_element);
+
+struct KernelMeasurement {
+  std::string name; ///< "mla_decode.absorbed", "mla_decode.naive"
+  MlaKernelConfig config;
+  double time_s = 0;
+  KernelCost cost;
+  double achieved_bytes_per_s = 0;
+  double achieved_flops_per_s = 0;
+  double predicted_time_s = 0;  ///< max(FLOPs / measured GEMM rate, bytes / measured bandwidth)
+  double roofline_fraction = 0; ///< predicted / measured
+  double max_abs_error = 0;     ///< against the double reference
+  double cos_diff = 0;
+};
+
+struct ProbeResults {
+  double read_bytes_per_s = 0;
+  double copy_bytes_per_s = 0;
+  double triad_bytes_per_s = 0;
+  double bandwidth_bytes_per_s = 0; ///< the ceiling: the best of read, copy and triad
+  double fma_flops_per_s = 0;       ///< fp32 FMA loop
+  PeakFlops gemm_flops_per_s;       ///< GEMM per dtype (fp32 on the CPU)
+};
+
+/// What one kernel run returned.
+struct KernelRun {
+  double time_s = 0;
+  double max_abs_error = 0;
+  double cos_diff = 0;
+};
+
+class MeasureBackend {
+public:
+  virtual ~MeasureBackend() = default;
+  [[nodiscard]] virtual std::string name() const = 0;
+  [[nodiscard]] virtual std::string device() const = 0;
+  [[nodiscard]] virtual unsigned threads() const = 0;
+  [[nodiscard]] virtual double bytes_per_element() const = 0; ///< how it stores the cache
+  [[nodiscard]] virtual ProbeResults probe(bool quick) = 0;
+  /// Checks the kernel against the reference on these inputs, then times it; a failed check
+  /// throws Error.
+  [[nodiscard]] virtual KernelRun run_mla(const MlaKernelConfig& config, bool naive,
+                                          bool quick) = 0;
+};
+
+/// "cpu", "fake", "cuda", or "auto" (cuda when built and a GPU is present, else cpu).
+[[nodiscard]] std::unique_ptr<MeasureBackend> make_measure_backend(std::string_view name);
+
+struct MeasureOptions {
+  std::vector<u64> heads; ///< empty: the backend's defaults
+  std::vector<u64> batches;
+  std::vector<u64> contexts;
+  u64 query = 1;
+  bool quick = false;
+  std::function<void(const std::string&)> progress; ///< for people; may be empty
+};
+
+struct MeasureResult {
+  std::string backend;
+  std::string device;
+  unsigned threads = 0;
+  std::string date; ///< UTC, YYYY-MM-DD
+  ProbeResults probes;
+  std::vector<KernelMeasurement> kernels;
+};
+
+[[nodiscard]] MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options);
+
+/// The device profile YAML of a measurement (readable by parse_device_profile).
+[[nodiscard]] std::string device_profile_yaml(const MeasureResult& result);
+
+} // namespace kvcalc

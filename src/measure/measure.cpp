@@ -1,0 +1,132 @@
+#include <kvcalc/measure/measure.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace kvcalc {
+
+namespace {
+// DeepSeek MLA dimensions the kernels use.
+constexpr double k_dc = 512;
+constexpr double k_dr = 64;
+constexpr double k_dnope = 128;
+constexpr double k_dv = 128;
+} // namespace
+
+KernelCost mla_kernel_cost(const MlaKernelConfig& c, bool naive, double w) {
+  double b = static_cast<double>(c.batch);
+  double h = static_cast<double>(c.heads);
+  double s = static_cast<double>(c.query);
+  double t = static_cast<double>(c.context);
+  KernelCost k;
+  double latent = b * t * (k_dc + k_dr) * w;
+  double weights = h * k_dc * (k_dnope + k_dv) * w;
+  double q_and_o = b * s * h * (k_dnope + k_dr + k_dv) * w;
+  if (naive) {
+    k.flops = 2 * b * t * k_dc * h * (k_dnope + k_dv) + 2 * b * s * h * t * (k_dnope + k_dr) +
+              2 * b * s * h * t * k_dv;
+    // Per head, the decompressed K and V are written and read back.
+    k.bytes = latent + weights + q_and_o + 2 * b * h * t * (k_dnope + k_dv) * w;
+  } else {
+    k.flops = 2 * b * s * h * k_dnope * k_dc + 2 * b * s * h * t * (k_dc + k_dr) +
+              2 * b * s * h * t * k_dc + 2 * b * s * h * k_dc * k_dv;
+    k.bytes = latent + weights + q_and_o;
+  }
+  return k;
+}
+
+MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options) {
+  auto say = [&](const std::string& what) {
+    if (options.progress) {
+      options.progress(what);
+    }
+  };
+  MeasureResult r;
+  r.backend = backend.name();
+  r.device = backend.device();
+  r.threads = backend.threads();
+  std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char date[16];
+  std::strftime(date, sizeof date, "%Y-%m-%d", &utc);
+  r.date = r.backend == "fake" ? "1970-01-01" : date;
+
+  say("probing bandwidth and compute");
+  r.probes = backend.probe(options.quick);
+  double gemm = r.probes.gemm_flops_per_s.fp32.value_or(0);
+  if (r.probes.gemm_flops_per_s.bf16) {
+    gemm = *r.probes.gemm_flops_per_s.bf16;
+  }
+
+  std::vector<u64> heads = options.heads;
+  std::vector<u64> batches = options.batches;
+  std::vector<u64> contexts = options.contexts;
+  for (u64 h : heads) {
+    for (u64 b : batches) {
+      for (u64 t : contexts) {
+        for (bool naive : {false, true}) {
+          MlaKernelConfig c{h, b, t, options.query};
+          std::string name = naive ? "mla_decode.naive" : "mla_decode.absorbed";
+          say(fmt::format("{} heads {} batch {} context {}", name, h, b, t));
+          KernelRun run = backend.run_mla(c, naive, options.quick);
+          KernelMeasurement k;
+          k.name = name;
+          k.config = c;
+          k.time_s = run.time_s;
+          k.cost = mla_kernel_cost(c, naive, backend.bytes_per_element());
+          k.achieved_bytes_per_s = k.cost.bytes / run.time_s;
+          k.achieved_flops_per_s = k.cost.flops / run.time_s;
+          k.predicted_time_s = std::max(gemm > 0 ? k.cost.flops / gemm : 0.0,
+                                        k.cost.bytes / r.probes.bandwidth_bytes_per_s);
+          k.roofline_fraction = k.predicted_time_s / run.time_s;
+          k.max_abs_error = run.max_abs_error;
+          k.cos_diff = run.cos_diff;
+          r.kernels.push_back(k);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+std::string device_profile_yaml(const MeasureResult& r) {
+  std::ostringstream y;
+  auto num = [](double v) { return fmt::format("{:.6g}", v); };
+  y << "# Written by `kvcalc measure` (docs/device-profile.md).\n";
+  y << "kvcalc_device_profile: 1\n";
+  y << "device: \"" << r.device << "\"\n";
+  y << "backend: " << r.backend << "\n";
+  y << "date: " << r.date << "\n";
+  y << "bandwidth_bytes_per_s: " << num(r.probes.bandwidth_bytes_per_s) << "\n";
+  y << "flops_per_s:\n";
+  const PeakFlops& f = r.probes.gemm_flops_per_s;
+  for (auto [name, value] :
+       {std::pair{"fp32", f.fp32}, std::pair{"tf32", f.tf32}, std::pair{"bf16", f.bf16},
+        std::pair{"fp16", f.fp16}, std::pair{"fp8", f.fp8}, std::pair{"int8", f.int8},
+        std::pair{"fp4", f.fp4}}) {
+    if (value) {
+      y << "  " << name << ": " << num(*value) << "\n";
+    }
+  }
+  y << "machine:\n  threads: " << r.threads << "\n";
+  y << "probes:\n";
+  y << "  read_bytes_per_s: " << num(r.probes.read_bytes_per_s) << "\n";
+  y << "  copy_bytes_per_s: " << num(r.probes.copy_bytes_per_s) << "\n";
+  y << "  triad_bytes_per_s: " << num(r.probes.triad_bytes_per_s) << "\n";
+  y << "  fma_fp32_flops_per_s: " << num(r.probes.fma_flops_per_s) << "\n";
+  y << "kernels:\n";
+  for (const auto& k : r.kernels) {
+    y << "  - {name: " << k.name << ", heads: " << k.config.heads << ", batch: " << k.config.batch
+      << ", context: " << k.config.context << ", query: " << k.config.query
+      << ", time_s: " << num(k.time_s) << ", roofline_fraction: " << num(k.roofline_fraction)
+      << "}\n";
+  }
+  return y.str();
+}
+
+} // namespace kvcalc
