@@ -256,6 +256,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                    "Measured ceilings (a profile `kvcalc measure` writes) instead of the "
                    "datasheet's")
       ->type_name("FILE");
+  roofline_cmd->add_flag("--measure", roofline.measure,
+                         "Measure this machine's ceilings first (kvcalc measure's probes) and use "
+                         "them; with --gpu auto the measured CPU is the device");
   roofline_cmd->add_flag("--no-comm", roofline.no_communication,
                          "Leave out TP all-reduce and EP all-to-all time");
   roofline_cmd->add_flag("--ops", roofline.ops, "Print the op table of every scenario");

@@ -82,6 +82,7 @@ struct RooflineArgs {
   std::string naive_kv = "fused";
   std::string efficiency;     ///< "bw=0.85,flops=0.7"
   std::string device_profile; ///< measured ceilings (docs/device-profile.md)
+  bool measure = false;       ///< measure this machine first and use its ceilings
   bool no_communication = false;
   bool mla_crossover = false;
   bool ops = false; ///< print every op of every scenario

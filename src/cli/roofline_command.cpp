@@ -2,11 +2,13 @@
 
 #include <fstream>
 #include <ostream>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <kvcalc/core/units.hpp>
+#include <kvcalc/measure/measure.hpp>
 #include <kvcalc/model/loader.hpp>
 #include <kvcalc/report/svg.hpp>
 #include <kvcalc/roofline/roofline.hpp>
@@ -207,12 +209,42 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
   }
   auto [bw_eff, flops_eff] = parse_efficiency(args.efficiency);
   std::optional<DeviceProfile> profile;
-  if (!args.device_profile.empty()) {
+  if (!args.device_profile.empty() || args.measure) {
     if (!args.efficiency.empty()) {
-      throw InputError("--efficiency and --device-profile both set the ceilings; give one");
+      throw InputError("--efficiency and measured ceilings (--device-profile, --measure) both "
+                       "set the ceilings; give one");
     }
+    if (!args.device_profile.empty() && args.measure) {
+      throw InputError("--measure measures the ceilings --device-profile would give; choose one");
+    }
+  }
+  if (!args.device_profile.empty()) {
     profile =
         parse_device_profile(detail::read_text_file(args.device_profile), args.device_profile);
+  }
+  if (args.measure) {
+    auto backend = make_measure_backend("auto");
+    MeasureOptions options; // probes only: the roofline needs the ceilings
+    if (isatty(2) != 0) {
+      options.progress = [&err](const std::string& what) {
+        err << "kvcalc: measuring " << what << '\n';
+      };
+    }
+    profile = to_device_profile(run_measure(*backend, options), "(measured now)");
+  }
+  // --gpu auto: this machine's device, as measured.
+  std::vector<std::string> gpu_names = args.deployment.gpus;
+  std::optional<Gpu> measured_device;
+  if (std::find(gpu_names.begin(), gpu_names.end(), "auto") != gpu_names.end()) {
+    if (!profile) {
+      throw InputError("--gpu auto means this machine's device: add --measure, or a "
+                       "--device-profile that kvcalc measure wrote");
+    }
+    if (profile->backend != "cpu") {
+      throw InputError("--gpu auto: the profile is of a " + profile->backend +
+                       " device; name the GPU with --gpu");
+    }
+    measured_device = cpu_as_gpu(*profile);
   }
   GpuCatalog catalog(args.deployment.gpu_file);
   std::optional<DType> weight_dtype;
@@ -228,8 +260,8 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
   std::vector<std::pair<std::string, MlaCrossover>> crossovers;
   for (const Model& m : models) {
     bool mla = m.attention.kind == AttentionKind::mla;
-    for (const auto& gpu_name : args.deployment.gpus) {
-      const Gpu& gpu = catalog.find(gpu_name);
+    for (const auto& gpu_name : gpu_names) {
+      const Gpu& gpu = gpu_name == "auto" ? *measured_device : catalog.find(gpu_name);
       for (u64 tp : args.deployment.tps) {
         RooflineRequest req;
         req.model = m;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -92,6 +93,47 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
     }
   }
   return r;
+}
+
+DeviceProfile to_device_profile(const MeasureResult& r, std::string file) {
+  DeviceProfile p;
+  p.file = std::move(file);
+  p.device = r.device;
+  p.backend = r.backend;
+  p.date = r.date;
+  p.bandwidth_bytes_per_s = r.probes.bandwidth_bytes_per_s;
+  p.flops_per_s = r.probes.gemm_flops_per_s;
+  return p;
+}
+
+Gpu cpu_as_gpu(const DeviceProfile& profile) {
+  Gpu g;
+  g.name = "cpu";
+  g.display_name = profile.device;
+  g.vendor = "cpu";
+  g.architecture = "cpu";
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  u64 kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemTotal:") {
+      break;
+    }
+    meminfo.ignore(256, '\n');
+  }
+  g.memory_bytes = kib * 1024;
+  g.memory_nominal_bytes = g.memory_bytes;
+  g.memory_bandwidth_bytes_per_s = profile.bandwidth_bytes_per_s;
+  g.flops_per_s = profile.flops_per_s;
+  if (!g.flops_per_s.bf16) {
+    g.flops_per_s.bf16 = g.flops_per_s.fp32; // the CPU kernels compute bf16 data in fp32
+  }
+  g.sm_count = 1;
+  g.l2_bytes = 0;
+  g.interconnect = "none";
+  g.interconnect_bytes_per_s = 1; // one device: no collectives are modelled at tp 1
+  g.source = profile.file;
+  return g;
 }
 
 std::string device_profile_yaml(const MeasureResult& r) {

@@ -69,7 +69,7 @@ DeviceRates device_rates(const Gpu& gpu, const DeviceProfile& profile) {
   }
   r.source = "device profile " + profile.file + " (" + profile.backend + ", " + profile.device +
              (profile.date.empty() ? "" : ", " + profile.date) + ")";
-  if (scaled) {
+  if (scaled && ratio != 1.0) {
     r.source += "; unmeasured dtypes at datasheet × " + std::to_string(ratio).substr(0, 5);
   }
   return r;

@@ -131,5 +131,10 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
       cli({"roofline", "llama-3.1-8b", "--gpu", "h100", "--device-profile", profile.string()});
   CHECK(roof.code == 0);
   CHECK(roof.out.find("device profile " + profile.string() + " (cpu") != std::string::npos);
+  // --gpu auto: the measured CPU is the device.
+  Run cpu = cli({"roofline", "llama-3.1-8b", "--gpu", "auto", "--device-profile", profile.string(),
+                 "--format", "csv"});
+  CHECK(cpu.code == 0);
+  CHECK(cpu.out.find("llama-3.1-8b,cpu,1,decode") != std::string::npos);
   std::filesystem::remove_all(dir);
 }

@@ -100,4 +100,12 @@ struct MeasureResult {
 /// The device profile YAML of a measurement (readable by parse_device_profile).
 [[nodiscard]] std::string device_profile_yaml(const MeasureResult& result);
 
+/// The profile of a measurement, as if read back from its YAML (`file` names its origin).
+[[nodiscard]] DeviceProfile to_device_profile(const MeasureResult& result, std::string file);
+
+/// A measured CPU described as a catalog entry, for `--gpu auto` on a machine without a GPU:
+/// memory from /proc/meminfo, ceilings from the profile (bf16 at the fp32 rate), one "SM" per
+/// thread, no interconnect.
+[[nodiscard]] Gpu cpu_as_gpu(const DeviceProfile& profile);
+
 } // namespace kvcalc
