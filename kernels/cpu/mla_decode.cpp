@@ -8,6 +8,7 @@
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include <Eigen/Dense>
 
@@ -68,6 +69,24 @@ void softmax_rows(RowMatrix& scores, float scale) {
     row /= row.sum();
   }
 }
+
+/// The shape as Eigen indices, and the flat index of (sequence, query token, head).
+struct Dims {
+  explicit Dims(const MlaShape& s)
+      : H(static_cast<Eigen::Index>(s.heads)), S(static_cast<Eigen::Index>(s.query)),
+        dc(static_cast<Eigen::Index>(s.d_c)), dr(static_cast<Eigen::Index>(s.d_r)),
+        dn(static_cast<Eigen::Index>(s.d_nope)), dv(static_cast<Eigen::Index>(s.d_v)), qk(dn + dr),
+        width(dc + dr), scale(static_cast<float>(scale_of(s))), m_shape(s) {}
+  Eigen::Index H, S, dc, dr, dn, dv, qk, width;
+  float scale;
+  [[nodiscard]] std::uint64_t row(std::uint64_t b, Eigen::Index si, Eigen::Index h) const {
+    return (b * m_shape.query + static_cast<std::uint64_t>(si)) * m_shape.heads +
+           static_cast<std::uint64_t>(h);
+  }
+
+private:
+  const MlaShape& m_shape;
+};
 
 template <class Body> void parallel_for(std::uint64_t count, unsigned threads, Body&& body) {
   threads = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(count)));
@@ -148,15 +167,10 @@ MlaInputs make_mla_inputs(const MlaShape& shape, std::uint64_t seed) {
 void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) {
   check(in);
   const MlaShape& s = in.shape;
-  auto H = static_cast<Eigen::Index>(s.heads);
-  auto S = static_cast<Eigen::Index>(s.query);
-  auto dc = static_cast<Eigen::Index>(s.d_c);
-  auto dr = static_cast<Eigen::Index>(s.d_r);
-  auto dn = static_cast<Eigen::Index>(s.d_nope);
-  auto dv = static_cast<Eigen::Index>(s.d_v);
-  auto qk = dn + dr;
-  auto width = dc + dr;
-  auto scale = static_cast<float>(scale_of(s));
+  const Dims d(s);
+  auto [H, S, dc, dr, dn, dv, qk, width] =
+      std::tuple{d.H, d.S, d.dc, d.dr, d.dn, d.dv, d.qk, d.width};
+  float scale = d.scale;
   std::uint64_t pages = in.pages_per_sequence();
   out.assign(s.batch * s.query * s.heads * s.d_v, 0.0f);
   parallel_for(s.batch, threads, [&](std::uint64_t b) {
@@ -164,9 +178,7 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
     RowMatrix q_lat(S * H, width);
     for (Eigen::Index si = 0; si < S; ++si) {
       for (Eigen::Index h = 0; h < H; ++h) {
-        const float* q = in.q.data() + ((b * s.query + static_cast<std::uint64_t>(si)) * s.heads +
-                                        static_cast<std::uint64_t>(h)) *
-                                           static_cast<std::uint64_t>(qk);
+        const float* q = in.q.data() + d.row(b, si, h) * static_cast<std::uint64_t>(qk);
         Eigen::Map<const Eigen::RowVectorXf> q_nope(q, dn);
         ConstMap w_uk(in.w_uk.data() + static_cast<std::uint64_t>(h) * s.d_nope * s.d_c, dn, dc);
         q_lat.row(si * H + h).head(dc) = q_nope * w_uk;
@@ -212,11 +224,7 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
     for (Eigen::Index si = 0; si < S; ++si) {
       for (Eigen::Index h = 0; h < H; ++h) {
         ConstMap w_uv(in.w_uv.data() + static_cast<std::uint64_t>(h) * s.d_v * s.d_c, dv, dc);
-        Eigen::Map<Eigen::RowVectorXf> o(
-            out.data() + ((b * s.query + static_cast<std::uint64_t>(si)) * s.heads +
-                          static_cast<std::uint64_t>(h)) *
-                             s.d_v,
-            dv);
+        Eigen::Map<Eigen::RowVectorXf> o(out.data() + d.row(b, si, h) * s.d_v, dv);
         o = o_lat.row(si * H + h) * w_uv.transpose();
       }
     }
@@ -226,13 +234,9 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
 void mla_decode_naive(const MlaInputs& in, MlaOutput& out, unsigned threads) {
   check(in);
   const MlaShape& s = in.shape;
-  auto S = static_cast<Eigen::Index>(s.query);
-  auto dc = static_cast<Eigen::Index>(s.d_c);
-  auto dr = static_cast<Eigen::Index>(s.d_r);
-  auto dn = static_cast<Eigen::Index>(s.d_nope);
-  auto dv = static_cast<Eigen::Index>(s.d_v);
-  auto qk = dn + dr;
-  auto scale = static_cast<float>(scale_of(s));
+  const Dims d(s);
+  auto [S, dc, dr, dn, dv, qk] = std::tuple{d.S, d.dc, d.dr, d.dn, d.dv, d.qk};
+  float scale = d.scale;
   out.assign(s.batch * s.query * s.heads * s.d_v, 0.0f);
   // Threads over sequences × heads; each decompresses its own head's K and V.
   parallel_for(s.batch * s.heads, threads, [&](std::uint64_t task) {
@@ -253,21 +257,14 @@ void mla_decode_naive(const MlaInputs& in, MlaOutput& out, unsigned threads) {
     RowMatrix q(S, qk);
     for (Eigen::Index si = 0; si < S; ++si) {
       q.row(si) = Eigen::Map<const Eigen::RowVectorXf>(
-          in.q.data() + ((b * s.query + static_cast<std::uint64_t>(si)) * s.heads +
-                         static_cast<std::uint64_t>(h)) *
-                            static_cast<std::uint64_t>(qk),
-          qk);
+          in.q.data() + d.row(b, si, h) * static_cast<std::uint64_t>(qk), qk);
     }
     RowMatrix scores =
         q.leftCols(dn) * k_nope.transpose() + q.rightCols(dr) * latent.rightCols(dr).transpose();
     softmax_rows(scores, scale);
     RowMatrix o = scores * v;
     for (Eigen::Index si = 0; si < S; ++si) {
-      Eigen::Map<Eigen::RowVectorXf>(out.data() +
-                                         ((b * s.query + static_cast<std::uint64_t>(si)) * s.heads +
-                                          static_cast<std::uint64_t>(h)) *
-                                             s.d_v,
-                                     dv) = o.row(si);
+      Eigen::Map<Eigen::RowVectorXf>(out.data() + d.row(b, si, h) * s.d_v, dv) = o.row(si);
     }
   });
 }

@@ -14,14 +14,6 @@
 
 namespace kvcalc::cli {
 
-namespace {
-
-Json optional_number(const std::optional<double>& v) {
-  return v ? Json(*v) : Json();
-}
-
-} // namespace
-
 int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& /*err*/) {
   GpuCatalog catalog(args.gpu_file);
   Rendered r;
@@ -53,24 +45,13 @@ int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& /*err*/) {
     Json j = Json::object();
     j["name"] = g.name;
     j["display_name"] = g.display_name;
-    Json aj = Json::array();
-    for (const auto& a : g.aliases) {
-      aj.push_back(a);
-    }
-    j["aliases"] = std::move(aj);
+    j["aliases"] = string_array(g.aliases);
     j["vendor"] = g.vendor;
     j["architecture"] = g.architecture;
     j["memory_bytes"] = g.memory_bytes;
     j["memory_nominal_bytes"] = g.memory_nominal_bytes;
     j["memory_bandwidth_bytes_per_s"] = g.memory_bandwidth_bytes_per_s;
-    const PeakFlops& f = g.flops_per_s;
-    j["flops_per_s"]["fp32"] = optional_number(f.fp32);
-    j["flops_per_s"]["tf32"] = optional_number(f.tf32);
-    j["flops_per_s"]["bf16"] = optional_number(f.bf16);
-    j["flops_per_s"]["fp16"] = optional_number(f.fp16);
-    j["flops_per_s"]["fp8"] = optional_number(f.fp8);
-    j["flops_per_s"]["int8"] = optional_number(f.int8);
-    j["flops_per_s"]["fp4"] = optional_number(f.fp4);
+    j["flops_per_s"] = peak_flops_json(g.flops_per_s);
     j["sm_count"] = g.sm_count;
     j["l2_bytes"] = g.l2_bytes;
     j["interconnect"]["kind"] = g.interconnect;

@@ -134,6 +134,10 @@ struct Rendered {
 };
 
 void emit(const Rendered& result, const OutputOptions& options, std::ostream& out);
+/// {"fp32": …, "tf32": …, …}: every dtype, null where unset.
+Json peak_flops_json(const PeakFlops& flops);
+/// ["a", "b"]
+Json string_array(const std::vector<std::string>& items);
 /// Writes `text` to `path`; an unwritable path is an Error naming it.
 void write_text_file(const std::string& path, const std::string& text);
 /// Short label for a context: "128k" when a whole number of k, "1M", else the grouped count.

@@ -12,20 +12,6 @@
 
 namespace kvcalc::cli {
 
-namespace {
-
-Json optional_number(const std::optional<double>& v) {
-  return v ? Json(*v) : Json();
-}
-
-std::string seconds_text(double s) {
-  return s >= 1      ? fmt::format("{:.3f} s", s)
-         : s >= 1e-3 ? fmt::format("{:.3f} ms", s * 1e3)
-                     : fmt::format("{:.1f} µs", s * 1e6);
-}
-
-} // namespace
-
 MeasureOptions measure_options(const MeasureArgs& args, std::ostream& err) {
   MeasureOptions o;
   o.quick = args.quick;
@@ -63,9 +49,7 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
   pj["copy_bytes_per_s"] = p.copy_bytes_per_s;
   pj["triad_bytes_per_s"] = p.triad_bytes_per_s;
   pj["fma_fp32_flops_per_s"] = p.fma_flops_per_s;
-  pj["flops_per_s"]["fp32"] = optional_number(p.gemm_flops_per_s.fp32);
-  pj["flops_per_s"]["bf16"] = optional_number(p.gemm_flops_per_s.bf16);
-  pj["flops_per_s"]["fp8"] = optional_number(p.gemm_flops_per_s.fp8);
+  pj["flops_per_s"] = peak_flops_json(p.gemm_flops_per_s);
 
   Table probes;
   probes.title = "Probes on " + m.device + " (" + m.backend + ")";
@@ -99,25 +83,20 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
                      {"of roofline", "roofline_fraction"},
                      {"max |err|", "max_abs_error"},
                      {"cos diff", "cos_diff"}};
-  Table csv = kernels;
   Json list = Json::array();
   for (const KernelMeasurement& k : m.kernels) {
     std::vector<Cell> row{Cell::text(k.name),
                           Cell::count(k.config.heads),
                           Cell::count(k.config.batch),
                           Cell::count(k.config.context),
-                          Cell::text(seconds_text(k.time_s)),
+                          Cell::seconds((k.time_s)),
                           Cell::bytes_per_s(k.achieved_bytes_per_s),
                           Cell::flops(k.achieved_flops_per_s),
-                          Cell::text(seconds_text(k.predicted_time_s)),
+                          Cell::seconds((k.predicted_time_s)),
                           Cell::share(k.roofline_fraction),
                           Cell::number(k.max_abs_error),
                           Cell::number(k.cos_diff)};
-    kernels.rows.push_back(row);
-    row[4] = Cell::number(k.time_s);
-    row[7] = Cell::number(k.predicted_time_s);
-    row[8] = Cell::number(k.roofline_fraction);
-    csv.rows.push_back(std::move(row));
+    kernels.rows.push_back(std::move(row));
     Json j = Json::object();
     j["name"] = k.name;
     j["config"]["heads"] = k.config.heads;
@@ -148,8 +127,8 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
         (measured / predicted - 1) * 100));
   }
   r.json["kernels"] = std::move(list);
+  r.csv = kernels;
   r.tables.push_back(std::move(kernels));
-  r.csv = std::move(csv);
   emit(r, args.output, out);
   return 0;
 }

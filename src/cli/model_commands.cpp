@@ -48,11 +48,7 @@ int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& /*err*/)
     Json mj = Json::object();
     mj["name"] = m.name;
     mj["display_name"] = m.display_name;
-    Json aj = Json::array();
-    for (const auto& a : m.aliases) {
-      aj.push_back(a);
-    }
-    mj["aliases"] = std::move(aj);
+    mj["aliases"] = string_array(m.aliases);
     mj["attention"] = attention_label(m);
     mj["attention_kind"] = std::string(attention_kind_name(m.attention.kind));
     mj["layers"] = m.layers;

@@ -77,6 +77,23 @@ void emit(const Rendered& result, const OutputOptions& options, std::ostream& ou
   write_text_file(options.file, text);
 }
 
+Json peak_flops_json(const PeakFlops& flops) {
+  Json j = Json::object();
+  for (const auto& field : k_peak_flops_fields) {
+    const auto& value = flops.*field.value;
+    j[std::string(field.name)] = value ? Json(*value) : Json();
+  }
+  return j;
+}
+
+Json string_array(const std::vector<std::string>& items) {
+  Json j = Json::array();
+  for (const auto& item : items) {
+    j.push_back(item);
+  }
+  return j;
+}
+
 void write_text_file(const std::string& path, const std::string& text) {
   std::ofstream file(path, std::ios::binary);
   if (!file || !(file << text) || !file.flush()) {

@@ -79,16 +79,6 @@ std::pair<double, double> parse_efficiency(const std::string& text) {
   return {bw, flops};
 }
 
-std::string si_seconds(double s) {
-  if (s >= 1) {
-    return fmt::format("{:.3f} s", s);
-  }
-  if (s >= 1e-3) {
-    return fmt::format("{:.3f} ms", s * 1e3);
-  }
-  return fmt::format("{:.2f} µs", s * 1e6);
-}
-
 Json op_json(const Op& o) {
   Json j = Json::object();
   j["name"] = o.name;
@@ -346,7 +336,6 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
                      {"tokens/s", "tokens_per_s"},
                      {"per token", "time_per_token_s"},
                      {"dominant op", "dominant"}};
-  Table csv = summary;
   Json list = Json::array();
   for (const auto& sc : scenarios) {
     const RooflineRequest& q = sc.request;
@@ -360,14 +349,11 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
                           Cell::count(q.batch),
                           Cell::count(q.context),
                           Cell::count(res.query),
-                          Cell::text(si_seconds(res.time_s)),
+                          Cell::seconds((res.time_s)),
                           Cell::number(res.tokens_per_s),
-                          Cell::text(si_seconds(res.time_per_token_s)),
+                          Cell::seconds((res.time_per_token_s)),
                           Cell::text(res.dominant)};
-    summary.rows.push_back(row);
-    row[8] = Cell::number(res.time_s);
-    row[10] = Cell::number(res.time_per_token_s);
-    csv.rows.push_back(std::move(row));
+    summary.rows.push_back(std::move(row));
     Json j = Json::object();
     j["model"] = q.model.name;
     j["gpu"] = q.gpu.name;
@@ -401,6 +387,7 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
   summary.notes.push_back("ceilings: " + scenarios.front().result.rates_source +
                           "; ops run one after another (no overlap)");
   r.json["scenarios"] = std::move(list);
+  r.csv = summary;
   r.tables.push_back(std::move(summary));
   if (args.ops || scenarios.size() == 1) {
     for (const auto& sc : scenarios) {
@@ -419,13 +406,11 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
                           Cell::text(o.communication   ? "link"
                                      : o.compute_bound ? "compute"
                                                        : "memory"),
-                          Cell::text(si_seconds(o.time_s)),
-                          Cell::share(o.time_s / sc.result.time_s)});
+                          Cell::seconds((o.time_s)), Cell::share(o.time_s / sc.result.time_s)});
       }
       r.tables.push_back(std::move(t));
     }
   }
-  r.csv = std::move(csv);
   if (!args.plot.empty()) {
     write_plot(
         args.plot, scenarios.front().request,

@@ -65,9 +65,9 @@ Gpu read_gpu(const MapReader& r) {
     r.missing("flops_per_s", "dense peak FLOP/s per dtype");
   }
   flops->allow_only({"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"});
-  g.flops_per_s = {flops->number("fp32"), flops->number("tf32"), flops->number("bf16"),
-                   flops->number("fp16"), flops->number("fp8"),  flops->number("int8"),
-                   flops->number("fp4")};
+  for (const auto& field : k_peak_flops_fields) {
+    g.flops_per_s.*field.value = flops->number(field.name);
+  }
   if (!g.flops_per_s.bf16 && !g.flops_per_s.fp16) {
     flops->fail("bf16", "a GPU needs at least a bf16 or fp16 dense peak");
   }

@@ -147,12 +147,9 @@ std::string device_profile_yaml(const MeasureResult& r) {
   y << "bandwidth_bytes_per_s: " << num(r.probes.bandwidth_bytes_per_s) << "\n";
   y << "flops_per_s:\n";
   const PeakFlops& f = r.probes.gemm_flops_per_s;
-  for (auto [name, value] :
-       {std::pair{"fp32", f.fp32}, std::pair{"tf32", f.tf32}, std::pair{"bf16", f.bf16},
-        std::pair{"fp16", f.fp16}, std::pair{"fp8", f.fp8}, std::pair{"int8", f.int8},
-        std::pair{"fp4", f.fp4}}) {
-    if (value) {
-      y << "  " << name << ": " << num(*value) << "\n";
+  for (const auto& field : k_peak_flops_fields) {
+    if (const auto& value = f.*field.value) {
+      y << "  " << field.name << ": " << num(*value) << "\n";
     }
   }
   y << "machine:\n  threads: " << r.threads << "\n";

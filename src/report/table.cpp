@@ -88,6 +88,10 @@ std::string format_cell(const Cell& cell, ByteUnits units) {
     return si_rate(d, "FLOP");
   case Unit::share:
     return fmt::format("{:.1f}%", d * 100.0);
+  case Unit::seconds:
+    return d >= 1      ? fmt::format("{:.3f} s", d)
+           : d >= 1e-3 ? fmt::format("{:.3f} ms", d * 1e3)
+                       : fmt::format("{:.2f} µs", d * 1e6);
   default:
     return significant(d, 4);
   }

@@ -35,9 +35,9 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& f
     r.missing("flops_per_s", "measured FLOP/s per dtype");
   }
   flops->allow_only({"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"});
-  p.flops_per_s = {flops->number("fp32"), flops->number("tf32"), flops->number("bf16"),
-                   flops->number("fp16"), flops->number("fp8"),  flops->number("int8"),
-                   flops->number("fp4")};
+  for (const auto& field : k_peak_flops_fields) {
+    p.flops_per_s.*field.value = flops->number(field.name);
+  }
   p.link_bytes_per_s = r.number("link_bytes_per_s").value_or(0);
   return p;
 }
@@ -51,19 +51,16 @@ DeviceRates device_rates(const Gpu& gpu, const DeviceProfile& profile) {
   auto sheet_reference = m.bf16 ? sheet.bf16 : m.fp16 ? sheet.fp16 : sheet.fp32;
   double ratio = reference && sheet_reference ? *reference / *sheet_reference : 1.0;
   bool scaled = false;
-  auto pick = [&](const std::optional<double>& measured, const std::optional<double>& datasheet) {
-    if (measured) {
-      return measured;
-    }
-    if (datasheet) {
+  for (const auto& field : k_peak_flops_fields) {
+    const auto& measured = m.*field.value;
+    const auto& datasheet = sheet.*field.value;
+    if (!measured && datasheet) {
       scaled = true;
-      return std::optional<double>(*datasheet * ratio);
     }
-    return std::optional<double>{};
-  };
-  r.flops_per_s = {pick(m.fp32, sheet.fp32), pick(m.tf32, sheet.tf32), pick(m.bf16, sheet.bf16),
-                   pick(m.fp16, sheet.fp16), pick(m.fp8, sheet.fp8),   pick(m.int8, sheet.int8),
-                   pick(m.fp4, sheet.fp4)};
+    r.flops_per_s.*field.value = measured    ? measured
+                                 : datasheet ? std::optional<double>(*datasheet * ratio)
+                                             : std::nullopt;
+  }
   if (profile.link_bytes_per_s > 0) {
     r.link_bytes_per_s = profile.link_bytes_per_s;
   }

@@ -60,12 +60,11 @@ MlaMode parse_mla_mode(std::string_view text) {
 DeviceRates device_rates(const Gpu& gpu, double bandwidth_efficiency, double flops_efficiency) {
   DeviceRates r;
   r.bandwidth_bytes_per_s = gpu.memory_bandwidth_bytes_per_s * bandwidth_efficiency;
-  auto scale = [&](const std::optional<double>& v) {
-    return v ? std::optional<double>(*v * flops_efficiency) : std::nullopt;
-  };
-  const PeakFlops& f = gpu.flops_per_s;
-  r.flops_per_s = {scale(f.fp32), scale(f.tf32), scale(f.bf16), scale(f.fp16),
-                   scale(f.fp8),  scale(f.int8), scale(f.fp4)};
+  for (const auto& field : k_peak_flops_fields) {
+    if (const auto& peak = gpu.flops_per_s.*field.value) {
+      r.flops_per_s.*field.value = *peak * flops_efficiency;
+    }
+  }
   // Vendors state the link as both directions together; a collective streams one way.
   r.link_bytes_per_s = gpu.interconnect_bytes_per_s / 2;
   if (bandwidth_efficiency == 1.0 && flops_efficiency == 1.0) {

@@ -208,3 +208,28 @@ TEST_CASE("fp8 weights carry one fp32 scale per 128 x 128 block", "[capacity][we
   with_mtp.mtp = true;
   CHECK(weight_bytes(v3, p, std::nullopt, with_mtp).total == linear + 41540496ULL * 4 + other * 2);
 }
+
+// SGLang's hybrid SWA pools: tokens over all layers, then full = tokens · 62 / (0.8 · 52 + 10),
+// sliding = 0.8 · full. Gemma-3-27B: cell = 62 × 8,192 B = 507,904 B.
+TEST_CASE("SGLang splits full and sliding pools 1 : 0.8", "[capacity][sglang]") {
+  auto req = request(zoo("gemma-3-27b"), "h200", Engine::sglang, {32768});
+  req.engine.kv_cache_bytes = 40ULL << 30;
+  CapacityResult r = compute_capacity(req);
+  u64 tokens = (40ULL << 30) / 507904;
+  auto full = static_cast<u64>(static_cast<double>(tokens) * 62 / (0.8 * 52 + 10));
+  CHECK(r.kv_tokens == full);
+  auto sliding = static_cast<u64>(static_cast<double>(full) * 0.8);
+  CHECK(r.contexts[0].max_sequences == std::min(full / 32768, sliding / 1024));
+}
+
+// --mtp loads DeepSeek-V3's MTP module and gives its layer a KV cache: 62 × 1,152 B per token.
+TEST_CASE("the MTP module adds weights and one layer of KV", "[capacity][mtp]") {
+  auto req = request(zoo("deepseek-v3"), "h200", Engine::plain, {4096});
+  req.parallel.tp = 8;
+  CapacityResult without = compute_capacity(req);
+  req.mtp = true;
+  CapacityResult with = compute_capacity(req);
+  CHECK(without.kv_bytes_per_token_per_gpu == 61 * 1152);
+  CHECK(with.kv_bytes_per_token_per_gpu == 62 * 1152);
+  CHECK(with.weights_bytes_per_gpu > without.weights_bytes_per_gpu);
+}

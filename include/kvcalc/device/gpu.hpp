@@ -2,6 +2,7 @@
 /// The GPU catalog: memory, bandwidth and dense peak FLOP/s of each part (src/device/gpus.yaml,
 /// compiled in; `--gpu-file` adds a user's own).
 
+#include <array>
 #include <optional>
 #include <span>
 #include <string>
@@ -24,6 +25,22 @@ struct PeakFlops {
   std::optional<double> int8;
   std::optional<double> fp4;
 };
+
+/// Each dtype of PeakFlops with its name, so code that reads, writes or scales the peaks
+/// walks one list.
+struct PeakFlopsField {
+  std::string_view name; ///< "fp32", "bf16", ...
+  std::optional<double> PeakFlops::*value;
+};
+inline constexpr std::array<PeakFlopsField, 7> k_peak_flops_fields{{
+    {"fp32", &PeakFlops::fp32},
+    {"tf32", &PeakFlops::tf32},
+    {"bf16", &PeakFlops::bf16},
+    {"fp16", &PeakFlops::fp16},
+    {"fp8", &PeakFlops::fp8},
+    {"int8", &PeakFlops::int8},
+    {"fp4", &PeakFlops::fp4},
+}};
 
 struct Gpu {
   std::string name;         ///< registry key, lowercase

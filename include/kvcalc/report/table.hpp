@@ -21,6 +21,7 @@ enum class Unit {
   bytes_per_s, ///< bytes per second, SI prefixes (3.350 TB/s)
   flop,        ///< a FLOP count, SI prefixes (8.908 TFLOP)
   share,       ///< a fraction shown as an unsigned percentage (90.8%)
+  seconds,     ///< a duration: 1.234 s, 12.345 ms, 56.78 µs
 };
 
 /// How people-facing bytes are scaled.
@@ -42,6 +43,7 @@ struct Cell {
   static Cell bytes_per_s(double v) { return {v, Unit::bytes_per_s}; }
   static Cell flop(double v) { return {v, Unit::flop}; }
   static Cell share(double fraction) { return {fraction, Unit::share}; }
+  static Cell seconds(double s) { return {s, Unit::seconds}; }
 };
 
 struct Column {
