@@ -51,13 +51,20 @@ void mla_decode_naive(const MlaInputs& in, MlaOutput& out, unsigned threads);
                                                        std::uint64_t sequences = UINT64_MAX);
 
 /// Over the reference's values (a prefix of `got`): 1 − 2Σxy / Σ(x² + y²) (FlashMLA's cosine
-/// difference) and max |x − y|; a NaN anywhere makes both NaN and `finite` false.
+/// difference), max |x − y|, and how many elements miss the per-element bar: |x − y| ≤
+/// `abs_bar`, or |x − y| ≤ `rel_bar` · max(|y|, rms(y)). That is FlashMLA's bar (REFERENCE §4)
+/// with the relative part's denominator floored at the output's RMS, because an end-to-end
+/// bf16 pipeline rounds intermediates (the absorbed query, the latent output) whose error
+/// spreads over every element rather than scaling with each one. A NaN anywhere makes the
+/// figures NaN and `finite` false.
 struct Agreement {
   double cos_diff = 0;
   double max_abs_error = 0;
+  std::uint64_t elements_over_bar = 0;
   bool finite = true;
 };
-[[nodiscard]] Agreement compare(const std::vector<float>& got, const std::vector<double>& want);
+[[nodiscard]] Agreement compare(const std::vector<float>& got, const std::vector<double>& want,
+                                double abs_bar = 8e-4, double rel_bar = 2.01 / 128);
 
 /// Rounds to the nearest bf16 value (ties to even), kept as a float.
 [[nodiscard]] float round_bf16(float v);

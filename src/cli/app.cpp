@@ -194,6 +194,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                    "Blackwell), TensorRT-LLM 32, SGLang 1, plain none]")
       ->type_name("TOKENS");
   capacity_cmd->add_flag("--explain", capacity.explain, "Print the budget, step by step");
+  capacity_cmd
+      ->add_option("--device-profile", capacity.device_profile,
+                   "Measured ceilings (kvcalc measure --out): adds the decode step time and "
+                   "tokens/s with every sequence that fits running (docs/device-profile.md)")
+      ->type_name("FILE");
   add_cache_options(capacity_cmd, capacity.cache);
   add_deployment_options(capacity_cmd, capacity.deployment);
   add_output_options(capacity_cmd, capacity.output);

@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <ostream>
+#include <set>
 
 #include <fmt/format.h>
 
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/model/loader.hpp>
+#include <kvcalc/roofline/roofline.hpp>
 
+#include "../core/yaml_support.hpp"
 #include "commands.hpp"
 
 namespace kvcalc::cli {
@@ -183,9 +186,16 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
   for (const auto& spec : args.models) {
     models.push_back(load_model(spec, diagnostics));
   }
+  std::optional<DeviceProfile> profile;
+  if (!args.device_profile.empty()) {
+    profile =
+        parse_device_profile(detail::read_text_file(args.device_profile), args.device_profile);
+  }
+  std::vector<CapacityRequest> requests =
+      capacity_requests(models, args.cache, args.deployment, contexts, at);
   std::vector<CapacityResult> results;
   std::vector<const Model*> result_models;
-  for (const auto& req : capacity_requests(models, args.cache, args.deployment, contexts, at)) {
+  for (const auto& req : requests) {
     results.push_back(compute_capacity(req));
     for (const auto& m : models) {
       if (m.name == req.model.name) {
@@ -215,11 +225,46 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
                {"context", "context"},
                {"max seqs", "max_sequences"},
                {"concurrency", "max_concurrency"}};
+  if (profile) {
+    t.columns.push_back({"decode step", "decode_step_s"});
+    t.columns.push_back({"decode tok/s", "decode_tokens_per_s"});
+  }
   Table csv = t;
   std::vector<std::string> logs;
+  std::set<std::string> unmodelled; // models the roofline cannot time, said once each
   for (std::size_t i = 0; i < results.size(); ++i) {
     const CapacityResult& c = results[i];
     const Model& m = *result_models[i];
+    // With measured ceilings: one decode step with every sequence that fits running, each at
+    // this context (docs/formulas.md, "Roofline"); the deployment's tokens/s over all replicas.
+    struct FullLoad {
+      u64 batch_per_replica = 0;
+      double step_s = 0;
+      double tokens_per_s = 0;
+    };
+    auto full_load = [&](const ContextCapacity& x) -> std::optional<FullLoad> {
+      if (!profile || !c.fits || x.max_sequences == 0) {
+        return std::nullopt;
+      }
+      const CapacityRequest& req = requests[i];
+      RooflineRequest rr;
+      rr.model = req.model;
+      rr.gpu = req.gpu;
+      rr.rates = device_rates(req.gpu, *profile);
+      rr.cache = req.cache;
+      rr.weight_dtype = req.weight_dtype;
+      rr.parallel = {0, c.parallel.tp, c.parallel.pp, c.parallel.ep, 1, c.parallel.dp_attention};
+      rr.phase = Phase::decode;
+      rr.batch = std::max<u64>(1, x.max_sequences / c.replicas);
+      rr.context = x.tokens;
+      try {
+        RooflineResult step = compute_roofline(rr);
+        return FullLoad{rr.batch, step.time_s, step.tokens_per_s * static_cast<double>(c.replicas)};
+      } catch (const InputError& e) {
+        unmodelled.insert(m.name + ": no decode time: " + e.what());
+        return std::nullopt;
+      }
+    };
     auto scenario = [&](std::optional<ContextCapacity> at_context) {
       Json s = Json::object();
       s["model"] = m.name;
@@ -255,6 +300,14 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
         s["blocks_per_sequence"] =
             at_context->blocks_per_sequence ? Json(at_context->blocks_per_sequence) : Json();
         s["kv_bytes_per_sequence_per_gpu"] = at_context->bytes_per_sequence;
+        if (profile) {
+          std::optional<FullLoad> load = full_load(*at_context);
+          Json d = Json::object();
+          d["batch_per_replica"] = load ? Json(load->batch_per_replica) : Json();
+          d["step_s"] = load ? Json(load->step_s) : Json();
+          d["tokens_per_s"] = load ? Json(load->tokens_per_s) : Json();
+          s["decode_at_max_sequences"] = std::move(d);
+        }
       } else {
         s["context"] = Json();
       }
@@ -288,6 +341,11 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
                               std::move(context),
                               x ? Cell::count(x->max_sequences) : Cell::empty(),
                               x && c.fits ? Cell::ratio(x->max_concurrency) : Cell::empty()};
+      if (profile) {
+        std::optional<FullLoad> load = x ? full_load(*x) : std::nullopt;
+        cells.push_back(load ? Cell::seconds(load->step_s) : Cell::empty());
+        cells.push_back(load ? Cell::number(load->tokens_per_s) : Cell::empty());
+      }
       t.rows.push_back(cells);
       cells[10] = tokens ? Cell::count(*tokens) : Cell::empty(); // CSV: exact tokens
       csv.rows.push_back(std::move(cells));
@@ -327,6 +385,7 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
   for (const auto& line : logs) {
     t.notes.push_back(line);
   }
+  t.notes.insert(t.notes.end(), unmodelled.begin(), unmodelled.end());
   bool estimated = std::any_of(results.begin(), results.end(),
                                [](const CapacityResult& c) { return c.non_kv_estimated; });
   if (estimated) {

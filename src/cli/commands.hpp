@@ -66,6 +66,7 @@ struct CapacityArgs {
   std::string contexts; ///< empty: 4k,32k,128k unless --max-context-at is given
   std::string max_context_at;
   bool explain = false;
+  std::string device_profile; ///< measured ceilings: adds the decode step at full load
   CacheOptions cache;
   DeploymentOptions deployment;
   OutputOptions output;

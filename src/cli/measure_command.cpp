@@ -12,15 +12,19 @@
 
 namespace kvcalc::cli {
 
-MeasureOptions measure_options(const MeasureArgs& args, std::ostream& err) {
+MeasureOptions measure_options(const MeasureArgs& args, std::string_view backend,
+                               std::ostream& err) {
   MeasureOptions o;
   o.quick = args.quick;
-  o.heads =
-      parse_count_list(args.heads.empty() ? (args.quick ? "1,8" : "1,16") : args.heads, "--heads");
-  o.batches =
-      parse_count_list(args.batch.empty() ? (args.quick ? "2" : "4") : args.batch, "--batch");
-  o.contexts = parse_count_list(args.context.empty() ? (args.quick ? "1k" : "2k") : args.context,
-                                "--context");
+  // Defaults sized to the backend: a CPU takes seconds for what a GPU does in microseconds,
+  // and on a GPU the memory-bound (16 heads) and compute-bound (128 heads) points.
+  bool gpu = backend == "cuda";
+  std::string heads = gpu ? (args.quick ? "16" : "16,128") : (args.quick ? "1,8" : "1,16");
+  std::string batch = gpu ? (args.quick ? "32" : "128") : (args.quick ? "2" : "4");
+  std::string context = gpu ? (args.quick ? "2k" : "4k") : (args.quick ? "1k" : "2k");
+  o.heads = parse_count_list(args.heads.empty() ? heads : args.heads, "--heads");
+  o.batches = parse_count_list(args.batch.empty() ? batch : args.batch, "--batch");
+  o.contexts = parse_count_list(args.context.empty() ? context : args.context, "--context");
   o.query = parse_count(args.query, "--query");
   if (isatty(2) != 0) {
     o.progress = [&err](const std::string& what) { err << "kvcalc: measuring " << what << '\n'; };
@@ -30,7 +34,7 @@ MeasureOptions measure_options(const MeasureArgs& args, std::ostream& err) {
 
 int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream& err) {
   auto backend = make_measure_backend(args.backend);
-  MeasureResult m = run_measure(*backend, measure_options(args, err));
+  MeasureResult m = run_measure(*backend, measure_options(args, backend->name(), err));
   if (!args.profile.empty()) {
     write_text_file(args.profile, device_profile_yaml(m));
     err << "kvcalc: wrote " << args.profile << '\n';
@@ -60,6 +64,7 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
                  {Cell::text("bandwidth ceiling"), Cell::bytes_per_s(p.bandwidth_bytes_per_s)},
                  {Cell::text("FMA loop fp32"), Cell::flops(p.fma_flops_per_s)}};
   for (auto [name, value] : {std::pair{"GEMM fp32", p.gemm_flops_per_s.fp32},
+                             std::pair{"GEMM fp16", p.gemm_flops_per_s.fp16},
                              std::pair{"GEMM bf16", p.gemm_flops_per_s.bf16}}) {
     if (value) {
       probes.rows.push_back({Cell::text(name), Cell::flops(*value)});
@@ -112,6 +117,13 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
     j["roofline_fraction"] = k.roofline_fraction;
     j["max_abs_error"] = k.max_abs_error;
     j["cos_diff"] = k.cos_diff;
+    if (!k.phases.empty()) {
+      Json& phases = j["phases_s"];
+      phases = Json::object();
+      for (const KernelPhase& phase : k.phases) {
+        phases[phase.name] = phase.time_s;
+      }
+    }
     list.push_back(std::move(j));
   }
   // Measured against predicted naive/absorbed ratio, configuration by configuration.
@@ -129,6 +141,28 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
   r.json["kernels"] = std::move(list);
   r.csv = kernels;
   r.tables.push_back(std::move(kernels));
+
+  Table phases;
+  phases.title = "Phases of each kernel, CUDA events between them (median over the timed runs, "
+                 "phase by phase)";
+  phases.columns = {{"kernel", "name"},     {"heads", "heads"}, {"batch", "batch"},
+                    {"context", "context"}, {"phase", "phase"}, {"time", "time_s"},
+                    {"share", "share"}};
+  for (const KernelMeasurement& k : m.kernels) {
+    double sum = 0;
+    for (const KernelPhase& phase : k.phases) {
+      sum += phase.time_s;
+    }
+    for (const KernelPhase& phase : k.phases) {
+      phases.rows.push_back({Cell::text(k.name), Cell::count(k.config.heads),
+                             Cell::count(k.config.batch), Cell::count(k.config.context),
+                             Cell::text(phase.name), Cell::seconds(phase.time_s),
+                             Cell::share(sum > 0 ? phase.time_s / sum : 0)});
+    }
+  }
+  if (!phases.rows.empty()) {
+    r.tables.push_back(std::move(phases));
+  }
   emit(r, args.output, out);
   return 0;
 }

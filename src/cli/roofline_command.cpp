@@ -222,6 +222,7 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     }
     profile = to_device_profile(run_measure(*backend, options), "(measured now)");
   }
+  GpuCatalog catalog(args.deployment.gpu_file);
   // --gpu auto: this machine's device, as measured.
   std::vector<std::string> gpu_names = args.deployment.gpus;
   std::optional<Gpu> measured_device;
@@ -230,13 +231,8 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
       throw InputError("--gpu auto means this machine's device: add --measure, or a "
                        "--device-profile that kvcalc measure wrote");
     }
-    if (profile->backend != "cpu") {
-      throw InputError("--gpu auto: the profile is of a " + profile->backend +
-                       " device; name the GPU with --gpu");
-    }
-    measured_device = cpu_as_gpu(*profile);
+    measured_device = device_of_profile(*profile, catalog);
   }
-  GpuCatalog catalog(args.deployment.gpu_file);
   std::optional<DType> weight_dtype;
   if (!args.deployment.weight_dtype.empty()) {
     weight_dtype = parse_dtype(args.deployment.weight_dtype, "--weight-dtype");

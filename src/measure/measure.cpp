@@ -1,12 +1,15 @@
 #include <kvcalc/measure/measure.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <ctime>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
+
+#include <kvcalc/core/error.hpp>
 
 namespace kvcalc {
 
@@ -79,6 +82,7 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
           k.name = name;
           k.config = c;
           k.time_s = run.time_s;
+          k.phases = run.phases;
           k.cost = mla_kernel_cost(c, naive, backend.bytes_per_element());
           k.achieved_bytes_per_s = k.cost.bytes / run.time_s;
           k.achieved_flops_per_s = k.cost.flops / run.time_s;
@@ -134,6 +138,27 @@ Gpu cpu_as_gpu(const DeviceProfile& profile) {
   g.interconnect_bytes_per_s = 1; // one device: no collectives are modelled at tp 1
   g.source = profile.file;
   return g;
+}
+
+Gpu device_of_profile(const DeviceProfile& profile, const GpuCatalog& catalog) {
+  if (profile.backend == "cpu") {
+    return cpu_as_gpu(profile);
+  }
+  std::string name = profile.device.substr(0, profile.device.find(" ("));
+  std::string slug;
+  for (char c : name) {
+    slug += c == ' ' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (slug.rfind("nvidia-", 0) == 0) {
+    slug.erase(0, 7);
+  }
+  try {
+    return catalog.find(slug);
+  } catch (const InputError&) {
+    throw InputError("--gpu auto: the profile measured '" + name + "', which the GPU catalog " +
+                     "does not know as '" + slug + "'; name the catalog GPU with --gpu, or " +
+                     "add it (with '" + slug + "' as an alias) in a --gpu-file");
+  }
 }
 
 std::string device_profile_yaml(const MeasureResult& r) {

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -7,6 +8,7 @@
 #include <kvcalc/cli/app.hpp>
 #include <kvcalc/core/error.hpp>
 #include <kvcalc/core/version.hpp>
+#include <kvcalc/measure/measure.hpp>
 #include <kvcalc/model/loader.hpp>
 #include <kvcalc/model/registry.hpp>
 
@@ -137,4 +139,62 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
   CHECK(cpu.code == 0);
   CHECK(cpu.out.find("llama-3.1-8b,cpu,1,decode") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("measure: --backend cuda without a usable GPU is a clear usage error", "[cli][measure]") {
+  if (kvcalc::cuda_device_present()) {
+    SUCCEED("a CUDA device is visible: the device tests cover this backend");
+    return;
+  }
+  std::string want =
+      kvcalc::cuda_backend_built() ? "no CUDA device is visible" : "built without CUDA support";
+  try {
+    (void)cli({"measure", "--backend", "cuda"});
+    FAIL("--backend cuda ran without a GPU");
+  } catch (const kvcalc::InputError& e) {
+    std::string message = e.what();
+    CHECK(message.find("--backend cuda: " + want) != std::string::npos);
+    CHECK(message.find("use --backend cpu") != std::string::npos);
+  }
+  // auto falls back to the CPU.
+  CHECK(kvcalc::make_measure_backend("auto")->name() == "cpu");
+}
+
+/// The first data row's value in column `name` of a CSV document.
+std::string csv_field(const std::string& csv, const std::string& name) {
+  auto split = [](const std::string& line) {
+    std::vector<std::string> fields;
+    std::stringstream in(line);
+    for (std::string f; std::getline(in, f, ',');) {
+      fields.push_back(f);
+    }
+    return fields;
+  };
+  std::stringstream lines(csv);
+  std::string header;
+  std::string row;
+  std::getline(lines, header);
+  std::getline(lines, row);
+  std::vector<std::string> names = split(header);
+  std::vector<std::string> values = split(row);
+  auto it = std::find(names.begin(), names.end(), name);
+  REQUIRE(it != names.end());
+  auto index = static_cast<std::size_t>(it - names.begin());
+  REQUIRE(index < values.size());
+  return values[index];
+}
+
+TEST_CASE("capacity's decode step at full load is the roofline's step at that batch",
+          "[cli][capacity]") {
+  std::string profile = std::string(KVCALC_SOURCE_DIR) + "/tests/data/profiles/h200-example.yaml";
+  Run cap = cli({"capacity", "llama-3.1-8b", "--gpu", "h200", "--context", "8k", "--device-profile",
+                 profile, "--format", "csv"});
+  REQUIRE(cap.code == 0);
+  std::string sequences = csv_field(cap.out, "max_sequences");
+  double step = std::stod(csv_field(cap.out, "decode_step_s"));
+  Run roof = cli({"roofline", "llama-3.1-8b", "--gpu", "h200", "--batch", sequences, "--context",
+                  "8k", "--device-profile", profile, "--format", "csv"});
+  REQUIRE(roof.code == 0);
+  CHECK(std::stod(csv_field(roof.out, "time_s")) == Approx(step).epsilon(1e-12));
+  CHECK(std::stod(sequences) > 1);
 }

@@ -4,6 +4,7 @@
 
 #include <cpu/mla_decode.hpp>
 #include <cpu/probes.hpp>
+#include <cuda/mla_values.hpp>
 
 using namespace kvcalc::kernels;
 
@@ -58,6 +59,21 @@ TEST_CASE("reading a NaN-filled page tail never passes", "[kernels][mla]") {
   CHECK(std::isnan(a.cos_diff));
 }
 
+TEST_CASE("the per-element bar: absolute, or relative floored at the output's RMS", "[kernels]") {
+  // want = {1, 0, −1, 0}: rms = √(2/4) = 0.7071; relative bar 2.01/128 = 0.0157.
+  std::vector<double> want{1.0, 0.0, -1.0, 0.0};
+  // 1e-3 off at |y| = 1 (0.1%): inside. 5e-3 off at y = 0: over 8e-4 but under
+  // 0.0157 × 0.7071 = 0.0111, so inside.
+  Agreement ok = compare({1.001f, 0.005f, -1.0f, 0.0f}, want);
+  CHECK(ok.elements_over_bar == 0);
+  CHECK(ok.max_abs_error == Approx(0.005).epsilon(1e-4));
+  // 0.02 off at y = 0 is over both bars; 0.0005 off anywhere is under the absolute one.
+  Agreement bad = compare({1.0f, 0.02f, -1.0005f, 0.0f}, want);
+  CHECK(bad.elements_over_bar == 1);
+  // cos diff of {1, 0, −1, 0} against itself with one element 0.02 off: 0.02² / 4.0004.
+  CHECK(bad.cos_diff == Approx(0.0004 / 4.0004 + 0.0005 * 0.0005 / 4.0004).epsilon(0.05));
+}
+
 TEST_CASE("bad kernel inputs are refused before any work", "[kernels]") {
   MlaInputs in = make_mla_inputs(small(1), 1);
   in.block_table[0] = 1000000;
@@ -80,4 +96,33 @@ TEST_CASE("CPU probes return sane figures (smoke)", "[kernels][probes]") {
   CHECK(gemm > 1e7);
   CHECK(gemm < 1e13);
   CHECK(last_level_cache_bytes() >= (1ULL << 20));
+}
+
+TEST_CASE("the CUDA test data generator is reproducible bf16 with the asked variance",
+          "[kernels][cuda]") {
+  using namespace kvcalc::kernels::cuda;
+  // Host and device evaluate the same integer hash and one float rounding; on the host it must
+  // give bf16 values (low 16 bits zero once widened) with mean ≈ 0 and variance ≈ scale².
+  const float half = static_cast<float>(std::sqrt(3.0) * 0.25); // unit variance × 0.25
+  double sum = 0;
+  double squares = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    std::uint16_t bits = mla_value_bits(99, MlaTensor::cache, static_cast<std::uint64_t>(i), half);
+    float v = bf16_bits_to_float(bits);
+    REQUIRE(round_bf16(v) == v);
+    REQUIRE(std::fabs(v) <= half * 1.004f); // the bound, plus one bf16 rounding step
+    sum += v;
+    squares += static_cast<double>(v) * v;
+  }
+  double mean = sum / n;
+  CHECK(std::fabs(mean) < 0.002);
+  CHECK(squares / n - mean * mean == Approx(0.0625).epsilon(0.01));
+  // Deterministic, and independent across tensors and seeds.
+  CHECK(mla_value_bits(1, MlaTensor::query, 5, 1.0f) ==
+        mla_value_bits(1, MlaTensor::query, 5, 1.0f));
+  CHECK(mla_value_bits(1, MlaTensor::query, 5, 1.0f) !=
+        mla_value_bits(1, MlaTensor::w_uk, 5, 1.0f));
+  CHECK(mla_value_bits(1, MlaTensor::query, 5, 1.0f) !=
+        mla_value_bits(2, MlaTensor::query, 5, 1.0f));
 }

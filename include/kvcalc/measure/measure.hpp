@@ -31,10 +31,18 @@ struct KernelCost {
 [[nodiscard]] KernelCost mla_kernel_cost(const MlaKernelConfig& c, bool naive,
                                          double bytes_per_element);
 
+/// Median seconds of one phase of a kernel ("attention", "decompress", ...), where the backend
+/// times phases separately.
+struct KernelPhase {
+  std::string name;
+  double time_s = 0;
+};
+
 struct KernelMeasurement {
   std::string name; ///< "mla_decode.absorbed", "mla_decode.naive"
   MlaKernelConfig config;
   double time_s = 0;
+  std::vector<KernelPhase> phases;
   KernelCost cost;
   double achieved_bytes_per_s = 0;
   double achieved_flops_per_s = 0;
@@ -56,6 +64,7 @@ struct ProbeResults {
 /// What one kernel run returned.
 struct KernelRun {
   double time_s = 0;
+  std::vector<KernelPhase> phases; ///< empty when the backend times the kernel as one piece
   double max_abs_error = 0;
   double cos_diff = 0;
 };
@@ -68,14 +77,19 @@ public:
   [[nodiscard]] virtual unsigned threads() const = 0;
   [[nodiscard]] virtual double bytes_per_element() const = 0; ///< how it stores the cache
   [[nodiscard]] virtual ProbeResults probe(bool quick) = 0;
-  /// Checks the kernel against the reference on these inputs, then times it; a failed check
-  /// throws Error.
+  /// Checks the kernel against the reference on these inputs (and naive against absorbed when
+  /// the same configuration ran absorbed just before), then times it; a failed check throws
+  /// Error.
   [[nodiscard]] virtual KernelRun run_mla(const MlaKernelConfig& config, bool naive,
                                           bool quick) = 0;
 };
 
 /// "cpu", "fake", "cuda", or "auto" (cuda when built and a GPU is present, else cpu).
 [[nodiscard]] std::unique_ptr<MeasureBackend> make_measure_backend(std::string_view name);
+
+/// Whether this build has the CUDA backend, and whether it sees a GPU now.
+[[nodiscard]] bool cuda_backend_built();
+[[nodiscard]] bool cuda_device_present();
 
 struct MeasureOptions {
   std::vector<u64> heads; ///< empty: the backend's defaults
@@ -107,5 +121,10 @@ struct MeasureResult {
 /// memory from /proc/meminfo, ceilings from the profile (bf16 at the fp32 rate), one "SM" per
 /// thread, no interconnect.
 [[nodiscard]] Gpu cpu_as_gpu(const DeviceProfile& profile);
+
+/// The device a profile measured, for `--gpu auto`: the CPU as above, or the catalog entry of
+/// the GPU the driver named ("NVIDIA H200" → h200, "NVIDIA H100 80GB HBM3" → h100-80gb-hbm3,
+/// an alias of h100-sxm). An unknown GPU is an InputError saying how to add it.
+[[nodiscard]] Gpu device_of_profile(const DeviceProfile& profile, const GpuCatalog& catalog);
 
 } // namespace kvcalc

@@ -1,0 +1,97 @@
+#pragma once
+// The CUDA micro-kernels behind `kvcalc measure --backend cuda`: probes and MLA decode in both
+// strategies. Declared with no CUDA types so plain C++ can call them; every CUDA and cuBLAS
+// call inside is checked and a failure throws std::runtime_error naming the call.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cpu/mla_decode.hpp>
+#include <cpu/probes.hpp>
+
+namespace kvcalc::kernels::cuda {
+
+/// Devices the runtime sees; 0 when there is no driver or no GPU (never throws).
+[[nodiscard]] int device_count() noexcept;
+
+/// What `kvcalc measure` records about the GPU it measured (device 0).
+struct DeviceInfo {
+  std::string name;
+  int sm_count = 0;
+  int compute_major = 0;
+  int compute_minor = 0;
+  std::uint64_t memory_bytes = 0;
+  std::uint64_t l2_bytes = 0;
+  double sm_clock_hz = 0;     ///< the maximum the driver reports
+  double memory_clock_hz = 0; ///< likewise
+  int memory_bus_bits = 0;
+  std::string driver_version;  ///< "13.0"
+  std::string runtime_version; ///< the CUDA runtime built in
+};
+[[nodiscard]] DeviceInfo device_info();
+
+/// STREAM-style read (sum), copy and triad over float4 arrays of `bytes_per_array` in device
+/// memory; the median of `repeats` timed passes after a warm-up, bytes read + written counted.
+[[nodiscard]] BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned repeats);
+
+/// FP32 FLOP/s of independent FMA chains in registers over the whole GPU (median of repeats).
+[[nodiscard]] double measure_fma_flops(unsigned repeats);
+
+/// cuBLAS n × n × n GEMM rates on random data, 2·n³ FLOPs, median of `repeats`.
+struct GemmRates {
+  double bf16 = 0; ///< bf16 inputs, fp32 accumulate (tensor cores)
+  double fp16 = 0; ///< fp16 inputs, fp32 accumulate (tensor cores)
+  double fp32 = 0; ///< SGEMM without TF32
+};
+[[nodiscard]] GemmRates measure_gemm_flops(std::uint64_t n, unsigned repeats);
+
+/// Seconds of one named phase of a kernel run, measured with CUDA events.
+struct PhaseTime {
+  std::string name;
+  double seconds = 0;
+};
+
+/// One timed run: each phase, and the whole from first to last event.
+struct MlaRunTimes {
+  std::vector<PhaseTime> phases;
+  double total_s = 0;
+};
+
+/// One MLA decode problem resident on the GPU: bf16 inputs generated in place from `seed`
+/// (mla_values.hpp), a randomly permuted block table, NaN-filled page tails, and the
+/// workspaces both strategies need.
+///
+/// `absorbed`: q_nope·W_UK (cuBLAS), a fused split-KV attention over the 576-wide latent on
+/// tensor cores (bf16 in, fp32 accumulate, online softmax), a combine step over the splits,
+/// and W_UV (cuBLAS). `naive`: gather the paged latent, decompress it into per-head K and V
+/// (cuBLAS), scores (cuBLAS), softmax, P·V (cuBLAS); sequences go in chunks that fit the
+/// workspace.
+class MlaDecodeCuda {
+public:
+  MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed);
+  ~MlaDecodeCuda();
+  MlaDecodeCuda(const MlaDecodeCuda&) = delete;
+  MlaDecodeCuda& operator=(const MlaDecodeCuda&) = delete;
+
+  /// The first sequence's inputs on the host, identical to what the GPU holds (batch 1, its
+  /// pages in order), for mla_decode_reference.
+  [[nodiscard]] MlaInputs first_sequence() const;
+
+  /// Runs one strategy once. With `flush_l2` the L2 is overwritten first (not timed).
+  MlaRunTimes run(bool naive, bool flush_l2);
+
+  /// The last run's output [batch][query][heads][d_v] as floats (NaN-poisoned before each run,
+  /// so an unwritten element shows).
+  [[nodiscard]] std::vector<float> output() const;
+
+  /// Splits of the KV sequence the absorbed kernel uses for this shape.
+  [[nodiscard]] int splits() const;
+
+private:
+  struct State;
+  std::unique_ptr<State> m;
+};
+
+} // namespace kvcalc::kernels::cuda

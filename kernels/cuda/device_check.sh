@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The GPU checks of kvcalc in one run, for a machine with an NVIDIA GPU and none of the build's
+# libraries. Build the bundle first (kernels/cuda/build_device_bundle.sh), then run
+#   kernels/cuda/device_check.sh build/device-bundle OUT_DIR
+# It runs the device tests (and compute-sanitizer's memcheck over the MLA kernels when it is
+# there), measures the probes and both MLA strategies at the memory-bound (16 heads) and
+# compute-bound (128 heads) points, calibrates a roofline with the result, and writes
+# summary.txt, measure.json, the device profile and the logs to OUT_DIR.
+set -uo pipefail
+bundle=${1:?usage: device_check.sh BUNDLE_DIR OUT_DIR}
+out=${2:?usage: device_check.sh BUNDLE_DIR OUT_DIR}
+mkdir -p "$out"
+kvcalc=$bundle/kvcalc
+log=$out/device_check.log
+say() { echo "== $*" | tee -a "$log"; }
+
+# cuBLAS is the one CUDA library linked dynamically: take the first libcublas.so.13 there is.
+if ! ldconfig -p | grep -q 'libcublas.so.13'; then
+  lib=$(find /usr/local/cuda/lib64 /usr/local/cuda/targets /usr/lib /opt /usr/local/lib \
+          -name 'libcublas.so.13*' 2>/dev/null | head -1)
+  [ -n "$lib" ] && export LD_LIBRARY_PATH=$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+say "date $(date -u +%FT%TZ), libcublas from ${LD_LIBRARY_PATH:-the system}"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit \
+  --format=csv 2>&1 | tee -a "$log"
+
+status=0
+say "device tests"
+"$bundle/kvcalc_device_tests" --durations yes 2>&1 | tee "$out/device_tests.log" | tail -25
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+if command -v compute-sanitizer >/dev/null; then
+  say "compute-sanitizer memcheck over the MLA kernels"
+  timeout 240 compute-sanitizer --tool memcheck --leak-check full \
+    "$bundle/kvcalc_device_tests" "CUDA MLA decode: absorbed and naive match the double reference" \
+    >"$out/memcheck.log" 2>&1
+  rc=$?
+  tail -4 "$out/memcheck.log" | tee -a "$log"
+  [ "$rc" -eq 0 ] || { echo "memcheck exit $rc" | tee -a "$log"; status=1; }
+fi
+
+say "kvcalc measure --backend cuda (issue 5's points)"
+"$kvcalc" measure --backend cuda --heads 16,128 --batch 128 --context 4k,32k \
+  --out "$out/profile.yaml" --format json -o "$out/measure.json" 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+say "kvcalc measure: the absorbed kernel over heads and batch (context 8k)"
+"$kvcalc" measure --backend cuda --heads 16,32,64,128 --batch 16,64 --context 8k \
+  --format csv -o "$out/sweep.csv" 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+say "roofline calibrated by the measured profile, and --measure --gpu auto end to end"
+"$kvcalc" roofline deepseek-v3 --gpu auto --device-profile "$out/profile.yaml" --tp 8 \
+  --batch 32 --context 8k 2>&1 | tee "$out/roofline.txt" | head -12
+"$kvcalc" roofline deepseek-v3 --gpu auto --measure --tp 8 --batch 32 --context 8k \
+  --format json -o "$out/roofline_measured.json" 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+say "summary"
+python3 - "$out/measure.json" "$out/sweep.csv" <<'PY' | tee "$out/summary.txt"
+import csv, json, sys
+m = json.load(open(sys.argv[1]))
+p = m["probes"]
+bw = p["bandwidth_bytes_per_s"]
+gemm = p["flops_per_s"].get("bf16") or 1e-30
+print(f"device: {m['device']}  date: {m['date']}")
+print(f"bandwidth: read {p['read_bytes_per_s']/1e12:.3f}  copy {p['copy_bytes_per_s']/1e12:.3f}  "
+      f"triad {p['triad_bytes_per_s']/1e12:.3f} TB/s; ceiling {bw/1e12:.3f} TB/s = "
+      f"{bw/4.8e12:.1%} of the 4.8 TB/s datasheet (target >= 85%)")
+print("GEMM: " + ", ".join(f"{k} {v/1e12:.1f} TFLOP/s" for k, v in p["flops_per_s"].items() if v) +
+      f"; FMA fp32 {p['fma_fp32_flops_per_s']/1e12:.1f} TFLOP/s")
+for k in m["kernels"]:
+    c = k["config"]
+    line = (f"{k['name']:20s} h{c['heads']:<4d} b{c['batch']:<4d} t{c['context']:<6d} "
+            f"{k['time_s']*1e6:10.1f} us  {k['achieved_bytes_per_s']/1e12:6.3f} TB/s "
+            f"({k['achieved_bytes_per_s']/bw:5.1%} of bw)  {k['achieved_flops_per_s']/1e12:7.1f} "
+            f"TFLOP/s ({k['achieved_flops_per_s']/gemm:5.1%} of GEMM)  roofline "
+            f"{k['roofline_fraction']:.1%}  cos {k['cos_diff']:.1e}")
+    print(line)
+    ph = k.get("phases_s", {})
+    if "attention" in ph:
+        # FlashMLA's accounting of the attention kernel alone (REFERENCE §4), combine included.
+        b, h, s, t = c["batch"], c["heads"], c["query"], c["context"]
+        core = ph["attention"] + ph.get("combine", 0)
+        fl = 2 * s * b * t * h * (576 + 512)
+        by = (b * t * 576 + b * s * h * (576 + 512)) * 2
+        print(f"{'':20s} attention+combine {core*1e6:9.1f} us: {by/core/1e12:6.3f} TB/s "
+              f"({by/core/bw:5.1%} of bw), {fl/core/1e12:6.1f} TFLOP/s ({fl/core/gemm:5.1%} of GEMM)"
+              f"  phases: " + ", ".join(f"{n} {v*1e6:.1f}" for n, v in ph.items()))
+    elif ph:
+        print(f"{'':20s} phases (us): " + ", ".join(f"{n} {v*1e6:.1f}" for n, v in ph.items()))
+print("sweep (absorbed, context 8k):")
+for r in csv.DictReader(open(sys.argv[2])):
+    if r["name"] == "mla_decode.absorbed":
+        print(f"  h{r['heads']:>4} b{r['batch']:>4}  {float(r['time_s'])*1e6:9.1f} us  "
+              f"{float(r['achieved_bytes_per_s'])/1e12:6.3f} TB/s  "
+              f"{float(r['achieved_flops_per_s'])/1e12:6.1f} TFLOP/s")
+PY
+say "exit status $status"
+exit $status

@@ -1,0 +1,207 @@
+// Roofline probes on the GPU: STREAM-style bandwidth, an FMA loop, cuBLAS GEMMs.
+
+#include "cuda_check.cuh"
+#include "cuda_kernels.hpp"
+#include "mla_values.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <vector>
+
+namespace kvcalc::kernels::cuda {
+
+namespace {
+
+constexpr int k_threads = 256;
+
+int sm_count() {
+  int sms = 0;
+  KVCALC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  return sms;
+}
+
+__global__ void fill_kernel(float4* a, std::size_t n, float value) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    a[i] = make_float4(value, value, value, value);
+  }
+}
+
+/// Sum of every element; one partial per block so the result is observable.
+__global__ void read_kernel(const float4* __restrict__ a, std::size_t n, float* partial) {
+  float sum = 0;
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    float4 v = a[i];
+    sum += (v.x + v.y) + (v.z + v.w);
+  }
+  __shared__ float warp_sums[k_threads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  }
+  if (threadIdx.x % 32 == 0) {
+    warp_sums[threadIdx.x / 32] = sum;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0;
+    for (int w = 0; w < k_threads / 32; ++w) {
+      total += warp_sums[w];
+    }
+    partial[blockIdx.x] = total;
+  }
+}
+
+__global__ void copy_kernel(const float4* __restrict__ a, float4* __restrict__ b, std::size_t n) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    b[i] = a[i];
+  }
+}
+
+__global__ void triad_kernel(float4* __restrict__ a, const float4* __restrict__ b,
+                             const float4* __restrict__ c, float s, std::size_t n) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    float4 x = b[i];
+    float4 y = c[i];
+    a[i] = make_float4(x.x + s * y.x, x.y + s * y.y, x.z + s * y.z, x.w + s * y.w);
+  }
+}
+
+constexpr int k_fma_chains = 8;
+
+/// k_fma_chains independent FMA chains per thread; the result is stored only if it is
+/// impossible, so the compiler must keep every FMA.
+__global__ void fma_kernel(int iterations, float a, float b, float* sink) {
+  float x[k_fma_chains];
+  for (int c = 0; c < k_fma_chains; ++c) {
+    x[c] = static_cast<float>(threadIdx.x + c);
+  }
+  for (int i = 0; i < iterations; ++i) {
+#pragma unroll
+    for (int c = 0; c < k_fma_chains; ++c) {
+      x[c] = fmaf(x[c], a, b);
+    }
+  }
+  float sum = 0;
+  for (int c = 0; c < k_fma_chains; ++c) {
+    sum += x[c];
+  }
+  if (sum == -1.2345f) {
+    sink[0] = sum;
+  }
+}
+
+template <class T> __global__ void random_kernel(T* out, std::size_t n, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    float v = bf16_bits_to_float(mla_value_bits(seed, MlaTensor::query, i, 1.0f));
+    out[i] = static_cast<T>(v);
+  }
+}
+
+template <class Launch> double median_seconds(unsigned repeats, Launch&& launch) {
+  launch(); // warm-up
+  KVCALC_CUDA_CHECK_LAUNCH();
+  Event start;
+  Event stop;
+  std::vector<double> times;
+  for (unsigned r = 0; r < repeats; ++r) {
+    start.record();
+    launch();
+    KVCALC_CUDA_CHECK_LAUNCH();
+    stop.record();
+    times.push_back(seconds_between(start, stop));
+  }
+  return median_of(times);
+}
+
+} // namespace
+
+BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned repeats) {
+  std::size_t n = bytes_per_array / sizeof(float4);
+  DeviceBuffer<float4> a(n);
+  DeviceBuffer<float4> b(n);
+  DeviceBuffer<float4> c(n);
+  int blocks = sm_count() * 8;
+  DeviceBuffer<float> partial(static_cast<std::size_t>(blocks));
+  fill_kernel<<<blocks, k_threads>>>(a.get(), n, 1.0f);
+  KVCALC_CUDA_CHECK_LAUNCH();
+  fill_kernel<<<blocks, k_threads>>>(b.get(), n, 2.0f);
+  KVCALC_CUDA_CHECK_LAUNCH();
+  fill_kernel<<<blocks, k_threads>>>(c.get(), n, 0.5f);
+  KVCALC_CUDA_CHECK_LAUNCH();
+  double bytes = static_cast<double>(n * sizeof(float4));
+  BandwidthResult r;
+  r.read_bytes_per_s = bytes / median_seconds(repeats, [&] {
+                         read_kernel<<<blocks, k_threads>>>(a.get(), n, partial.get());
+                       });
+  std::vector<float> sums(static_cast<std::size_t>(blocks));
+  KVCALC_CUDA_CHECK(
+      cudaMemcpy(sums.data(), partial.get(), partial.bytes(), cudaMemcpyDeviceToHost));
+  for (float s : sums) {
+    r.checksum += s;
+  }
+  r.copy_bytes_per_s = 2 * bytes / median_seconds(repeats, [&] {
+                         copy_kernel<<<blocks, k_threads>>>(a.get(), b.get(), n);
+                       });
+  r.triad_bytes_per_s = 3 * bytes / median_seconds(repeats, [&] {
+                          triad_kernel<<<blocks, k_threads>>>(a.get(), b.get(), c.get(), 0.5f, n);
+                        });
+  KVCALC_CUDA_CHECK(cudaDeviceSynchronize());
+  return r;
+}
+
+double measure_fma_flops(unsigned repeats) {
+  int blocks = sm_count() * 16;
+  int iterations = 1 << 16;
+  DeviceBuffer<float> sink(1);
+  double seconds = median_seconds(
+      repeats, [&] { fma_kernel<<<blocks, k_threads>>>(iterations, 0.999f, 0.001f, sink.get()); });
+  double flops = 2.0 * k_fma_chains * iterations * static_cast<double>(blocks) * k_threads;
+  return flops / seconds;
+}
+
+GemmRates measure_gemm_flops(std::uint64_t n64, unsigned repeats) {
+  int n = static_cast<int>(n64);
+  std::size_t count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+  cublasHandle_t handle = nullptr;
+  KVCALC_CUBLAS_CHECK(cublasCreate(&handle));
+  struct HandleGuard {
+    cublasHandle_t h;
+    ~HandleGuard() { cublasDestroy(h); }
+  } guard{handle};
+  double flops = 2.0 * static_cast<double>(n) * n * n;
+  int blocks = sm_count() * 8;
+  GemmRates rates;
+
+  auto run = [&](auto tag, cudaDataType_t type, cublasComputeType_t compute) {
+    using T = decltype(tag);
+    DeviceBuffer<T> a(count);
+    DeviceBuffer<T> b(count);
+    DeviceBuffer<T> c(count);
+    random_kernel<<<blocks, k_threads>>>(a.get(), count, 11);
+    KVCALC_CUDA_CHECK_LAUNCH();
+    random_kernel<<<blocks, k_threads>>>(b.get(), count, 12);
+    KVCALC_CUDA_CHECK_LAUNCH();
+    float alpha = 1.0f;
+    float beta = 0.0f;
+    return flops / median_seconds(repeats, [&] {
+             KVCALC_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha,
+                                              a.get(), type, n, b.get(), type, n, &beta, c.get(),
+                                              type, n, compute, CUBLAS_GEMM_DEFAULT));
+           });
+  };
+  KVCALC_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  rates.bf16 = run(__nv_bfloat16{}, CUDA_R_16BF, CUBLAS_COMPUTE_32F);
+  rates.fp16 = run(__half{}, CUDA_R_16F, CUBLAS_COMPUTE_32F);
+  // Never TF32 for the fp32 figure: that is a different ceiling.
+  KVCALC_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));
+  rates.fp32 = run(float{}, CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC);
+  KVCALC_CUDA_CHECK(cudaDeviceSynchronize());
+  return rates;
+}
+
+} // namespace kvcalc::kernels::cuda

@@ -1,0 +1,49 @@
+#pragma once
+// Shared by the measure backends: the checks before timing (docs/device-profile.md), and the
+// CUDA backend's factory (src/measure/cuda_backend.cpp, built with CUDA only).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cpu/mla_decode.hpp>
+
+#include <kvcalc/measure/measure.hpp>
+
+namespace kvcalc::measure_detail {
+
+/// Against the double reference: cosine difference ≤ 1e-5, every element within the bar of
+/// kernels::compare, never NaN. Naive against absorbed: each is within those bars of the
+/// reference, so their mutual difference may reach twice them.
+inline constexpr double k_max_cos_diff = 1e-5;
+inline constexpr double k_max_cos_diff_between = 2e-5;
+inline constexpr double k_abs_bar_between = 2 * 8e-4;
+inline constexpr double k_rel_bar_between = 2 * 2.01 / 128;
+
+/// Throws Error naming the kernel and configuration when `a` misses the bars.
+void require_agreement(const std::string& kernel, const MlaKernelConfig& c,
+                       const kernels::Agreement& a, const std::string& against,
+                       double max_cos_diff = k_max_cos_diff);
+
+/// The absorbed output of the last configuration, so the naive run of the same configuration
+/// is checked against it over every sequence, not only the reference's first.
+class AbsorbedOutput {
+public:
+  void keep(const MlaKernelConfig& c, std::vector<float> out);
+  /// Checks `naive` against the kept output when it is for `c`; a no-op otherwise.
+  void check_naive(const MlaKernelConfig& c, const std::vector<float>& naive) const;
+
+private:
+  MlaKernelConfig m_config;
+  std::vector<float> m_out;
+};
+
+/// The median of a non-empty vector.
+[[nodiscard]] double median(std::vector<double> v);
+
+#if defined(KVCALC_MEASURE_CUDA)
+[[nodiscard]] bool cuda_device_visible();
+[[nodiscard]] std::unique_ptr<MeasureBackend> make_cuda_backend();
+#endif
+
+} // namespace kvcalc::measure_detail

@@ -1,0 +1,151 @@
+// The cuda measure backend: kernels/cuda's probes and MLA decode kernels, each MLA kernel
+// checked against the double reference (and naive against absorbed) before it is timed with
+// CUDA events, the L2 flushed before every run, the median of the timed runs reported.
+
+#include "backends.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+
+#include <cuda/cuda_kernels.hpp>
+#include <fmt/format.h>
+
+#include <kvcalc/core/error.hpp>
+
+namespace kvcalc::measure_detail {
+
+namespace {
+
+namespace gpu = kernels::cuda;
+
+constexpr unsigned k_timed_runs = 10; ///< REFERENCE §4: median of at least 10
+
+/// Kernel-side failures (std::runtime_error, std::invalid_argument) become kvcalc errors
+/// naming what was being measured and where.
+template <class Body>
+auto guarded(const std::string& what, const std::string& device, Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("measuring {} on {}: {}", what, device, e.what()));
+  }
+}
+
+class CudaBackend final : public MeasureBackend {
+public:
+  CudaBackend() : m_info(gpu::device_info()) {}
+
+  [[nodiscard]] std::string name() const override { return "cuda"; }
+  [[nodiscard]] std::string device() const override {
+    return fmt::format("{} ({} SMs, sm_{}{}, {:.0f} MHz, driver {}, runtime {})", m_info.name,
+                       m_info.sm_count, m_info.compute_major, m_info.compute_minor,
+                       m_info.sm_clock_hz / 1e6, m_info.driver_version, m_info.runtime_version);
+  }
+  [[nodiscard]] unsigned threads() const override { return static_cast<unsigned>(m_info.sm_count); }
+  [[nodiscard]] double bytes_per_element() const override { return 2; } // bf16
+
+  [[nodiscard]] ProbeResults probe(bool quick) override {
+    return guarded("probes", m_info.name, [&] {
+      ProbeResults p;
+      // STREAM's rule: each array at least 4x the last-level cache; 1 GiB is ~17x an H200's L2.
+      std::uint64_t array =
+          std::max<std::uint64_t>(4 * m_info.l2_bytes, quick ? 256ULL << 20 : 1ULL << 30);
+      kernels::BandwidthResult bw = gpu::measure_bandwidth(array, quick ? 5 : k_timed_runs);
+      p.read_bytes_per_s = bw.read_bytes_per_s;
+      p.copy_bytes_per_s = bw.copy_bytes_per_s;
+      p.triad_bytes_per_s = bw.triad_bytes_per_s;
+      p.bandwidth_bytes_per_s =
+          std::max({bw.read_bytes_per_s, bw.copy_bytes_per_s, bw.triad_bytes_per_s});
+      p.fma_flops_per_s = gpu::measure_fma_flops(quick ? 5 : k_timed_runs);
+      gpu::GemmRates g = gpu::measure_gemm_flops(quick ? 4096 : 8192, quick ? 5 : k_timed_runs);
+      p.gemm_flops_per_s.bf16 = g.bf16;
+      p.gemm_flops_per_s.fp16 = g.fp16;
+      p.gemm_flops_per_s.fp32 = g.fp32;
+      return p;
+    });
+  }
+
+  [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool quick) override {
+    std::string what = naive ? "mla_decode.naive" : "mla_decode.absorbed";
+    return guarded(what, m_info.name, [&] {
+      prepare(c);
+      // Correctness first: one run, the first sequence against the double reference.
+      (void)m_problem->run(naive, true);
+      std::vector<float> out = m_problem->output();
+      require_agreement(what, c, kernels::compare(out, *m_reference), "the double reference");
+      if (naive) {
+        m_absorbed.check_naive(c, out);
+      } else {
+        m_absorbed.keep(c, std::move(out));
+      }
+      (void)m_problem->run(naive, true); // warm-up
+      unsigned runs = quick ? 5 : k_timed_runs;
+      std::vector<double> totals;
+      std::vector<std::vector<double>> phase_times;
+      std::vector<std::string> phase_names;
+      for (unsigned i = 0; i < runs; ++i) {
+        gpu::MlaRunTimes t = m_problem->run(naive, true);
+        totals.push_back(t.total_s);
+        if (phase_names.empty()) {
+          for (const auto& p : t.phases) {
+            phase_names.push_back(p.name);
+          }
+          phase_times.resize(phase_names.size());
+        }
+        for (std::size_t k = 0; k < t.phases.size() && k < phase_times.size(); ++k) {
+          phase_times[k].push_back(t.phases[k].seconds);
+        }
+      }
+      KernelRun r;
+      r.time_s = median(totals);
+      for (std::size_t k = 0; k < phase_names.size(); ++k) {
+        r.phases.push_back({phase_names[k], median(phase_times[k])});
+      }
+      kernels::Agreement a = kernels::compare(m_problem->output(), *m_reference);
+      require_agreement(what, c, a, "the double reference after the timed runs");
+      r.max_abs_error = a.max_abs_error;
+      r.cos_diff = a.cos_diff;
+      return r;
+    });
+  }
+
+private:
+  /// The problem and its reference stay resident between the absorbed and the naive run of a
+  /// configuration.
+  void prepare(const MlaKernelConfig& c) {
+    if (m_problem && m_config.heads == c.heads && m_config.batch == c.batch &&
+        m_config.context == c.context && m_config.query == c.query) {
+      return;
+    }
+    m_problem.reset();
+    kernels::MlaShape shape;
+    shape.batch = c.batch;
+    shape.heads = c.heads;
+    shape.context = c.context;
+    shape.query = c.query;
+    m_problem = std::make_unique<gpu::MlaDecodeCuda>(shape, 20260101);
+    m_reference = kernels::mla_decode_reference(m_problem->first_sequence(), 1);
+    m_config = c;
+  }
+
+  gpu::DeviceInfo m_info;
+  MlaKernelConfig m_config;
+  std::unique_ptr<gpu::MlaDecodeCuda> m_problem;
+  std::optional<std::vector<double>> m_reference;
+  AbsorbedOutput m_absorbed;
+};
+
+} // namespace
+
+bool cuda_device_visible() {
+  return gpu::device_count() > 0;
+}
+
+std::unique_ptr<MeasureBackend> make_cuda_backend() {
+  return std::make_unique<CudaBackend>();
+}
+
+} // namespace kvcalc::measure_detail

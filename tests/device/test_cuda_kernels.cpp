@@ -1,0 +1,114 @@
+// The CUDA kernels against the double reference, on small shapes that cover every code path:
+// one, two and four row groups, padded query rows, several KV splits, partial tiles and pages,
+// MTP (query 2), and the cuda measure backend end to end.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <stdexcept>
+
+#include <cpu/mla_decode.hpp>
+#include <cuda/cuda_kernels.hpp>
+
+#include <kvcalc/measure/measure.hpp>
+
+using namespace kvcalc::kernels;
+
+namespace {
+
+MlaShape shape(std::uint64_t batch, std::uint64_t heads, std::uint64_t query,
+               std::uint64_t context) {
+  MlaShape s;
+  s.batch = batch;
+  s.heads = heads;
+  s.query = query;
+  s.context = context;
+  return s;
+}
+
+bool all_finite(const std::vector<float>& v) {
+  for (float x : v) {
+    if (!std::isfinite(x)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+} // namespace
+
+TEST_CASE("CUDA MLA decode: absorbed and naive match the double reference", "[cuda][mla]") {
+  for (MlaShape s : {shape(3, 16, 1, 100),     // one row group, a partial tile and page
+                     shape(2, 20, 1, 65),      // two row groups, padded rows, one token past a page
+                     shape(2, 128, 2, 1000),   // four row groups over four row blocks, MTP
+                     shape(1, 1, 1, 33),       // one head: 15 padded rows
+                     shape(4, 64, 1, 4096)}) { // many tiles: several KV splits
+    INFO("batch " << s.batch << " heads " << s.heads << " query " << s.query << " context "
+                  << s.context);
+    cuda::MlaDecodeCuda problem(s, 7);
+    std::vector<double> ref = mla_decode_reference(problem.first_sequence(), 1);
+    INFO("splits " << problem.splits());
+    (void)problem.run(false, true);
+    std::vector<float> absorbed = problem.output();
+    REQUIRE(absorbed.size() == s.batch * s.query * s.heads * 128);
+    CHECK(all_finite(absorbed));
+    Agreement a = compare(absorbed, ref);
+    CHECK(a.finite);
+    CHECK(a.cos_diff <= 1e-5);
+    CHECK(a.elements_over_bar == 0);
+
+    cuda::MlaRunTimes times = problem.run(true, false);
+    std::vector<float> naive = problem.output();
+    CHECK(all_finite(naive));
+    Agreement n = compare(naive, ref);
+    CHECK(n.cos_diff <= 1e-5);
+    CHECK(n.elements_over_bar == 0);
+    // Every sequence, not only the reference's first.
+    // Each is within the bars of the reference, so the two may differ by twice them.
+    Agreement both = compare(naive, std::vector<double>(absorbed.begin(), absorbed.end()), 2 * 8e-4,
+                             2 * 2.01 / 128);
+    CHECK(both.cos_diff <= 2e-5);
+    CHECK(both.elements_over_bar == 0);
+    CHECK(times.total_s > 0);
+    CHECK(times.phases.size() == 5);
+  }
+}
+
+TEST_CASE("CUDA MLA decode refuses shapes it was not built for", "[cuda][mla]") {
+  MlaShape s = shape(1, 16, 1, 64);
+  s.d_c = 256;
+  CHECK_THROWS_AS(cuda::MlaDecodeCuda(s, 1), std::invalid_argument);
+  CHECK_THROWS_AS(cuda::MlaDecodeCuda(shape(0, 16, 1, 64), 1), std::invalid_argument);
+}
+
+TEST_CASE("CUDA probes give plausible ceilings", "[cuda][probes]") {
+  cuda::DeviceInfo info = cuda::device_info();
+  CHECK(info.sm_count > 0);
+  CHECK(info.memory_bytes > (1ULL << 30));
+  BandwidthResult bw = cuda::measure_bandwidth(256ULL << 20, 3);
+  // 4 bytes of 1.0 per float: the read pass sums to the element count.
+  CHECK(bw.checksum == Approx(static_cast<double>(256ULL << 20) / 4).epsilon(1e-3));
+  CHECK(bw.copy_bytes_per_s > 1e11);
+  CHECK(bw.copy_bytes_per_s < 2e13);
+  cuda::GemmRates g = cuda::measure_gemm_flops(2048, 3);
+  CHECK(g.bf16 > 1e12);
+  CHECK(g.bf16 < 1e16);
+  CHECK(cuda::measure_fma_flops(3) > 1e11);
+}
+
+TEST_CASE("the cuda measure backend checks, times and reports phases", "[cuda][measure]") {
+  auto backend = kvcalc::make_measure_backend("cuda");
+  kvcalc::MeasureOptions o;
+  o.quick = true;
+  o.heads = {16};
+  o.batches = {8};
+  o.contexts = {1024};
+  kvcalc::MeasureResult r = kvcalc::run_measure(*backend, o);
+  REQUIRE(r.kernels.size() == 2);
+  for (const auto& k : r.kernels) {
+    CHECK(k.time_s > 0);
+    CHECK(k.cos_diff <= 1e-5);
+    CHECK_FALSE(k.phases.empty());
+  }
+  CHECK(r.probes.gemm_flops_per_s.bf16.has_value());
+}
