@@ -146,9 +146,14 @@ void write_plot(const std::string& path, const RooflineRequest& first,
   bool sweep =
       std::adjacent_find(batches.begin(), batches.end(), std::not_equal_to<>()) != batches.end();
   if (sweep) {
-    LineChart throughput{"Throughput against batch", "batch (sequences)", "tokens/s", {}};
-    LineChart latency{
-        "Time per token against batch", "batch (sequences)", "time per output token (s)", {}};
+    LineChart throughput;
+    throughput.title = "Throughput against batch";
+    throughput.x_label = "batch (sequences)";
+    throughput.y_label = "tokens/s";
+    LineChart latency;
+    latency.title = "Time per token against batch";
+    latency.x_label = "batch (sequences)";
+    latency.y_label = "time per output token (s)";
     for (std::size_t i = 0; i < results.size(); ++i) {
       const std::string& label = results[i].first;
       auto series = std::find_if(throughput.series.begin(), throughput.series.end(),
