@@ -167,7 +167,11 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
   }
   Workload workload = trace ? Workload{} : synthetic_workload(args);
   std::vector<std::optional<double>> rates;
-  if (trace) {
+  bool burst = !trace && workload.arrival == ArrivalProcess::burst;
+  if (burst && !args.rates.empty()) {
+    throw InputError("--rate does not apply to a burst: all requests arrive at t = 0");
+  }
+  if (trace || burst) {
     rates.emplace_back();
   } else if (!args.rates.empty()) {
     for (double r : parse_rates(args.rates)) {
@@ -280,7 +284,7 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
         s.result = simulate(config, reader, on_step);
       } else {
         Workload w = workload;
-        w.rate = *rate;
+        w.rate = rate.value_or(workload.rate);
         SyntheticSource source(w);
         s.result = simulate(config, source, on_step);
       }
@@ -424,7 +428,7 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
       list.push_back(std::move(j));
       continue;
     }
-    Cell rate = s.rate ? Cell::number(*s.rate) : Cell::text("trace");
+    Cell rate = s.rate ? Cell::number(*s.rate) : Cell::text(trace ? "trace" : "burst");
     t.rows.push_back({Cell::text(s.model), Cell::text(s.gpu), Cell::count(c.step.parallel.tp), rate,
                       Cell::count(x.requests_completed), Cell::count(x.requests_rejected),
                       Cell::count(x.preemptions), Cell::number(x.input_tokens_per_s),
@@ -544,12 +548,15 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
       d.rows.push_back({Cell::text(name), Cell::seconds(l->mean), Cell::seconds(l->p50),
                         Cell::seconds(l->p90), Cell::seconds(l->p99), Cell::seconds(l->max)});
     }
+    std::string pool = s.config.block_size == 1
+                           ? group_digits(s.config.pool_blocks) + " tokens (token-granular)"
+                           : group_digits(s.config.pool_blocks) + " blocks of " +
+                                 group_digits(s.config.block_size) + " tokens";
     d.notes.push_back(fmt::format(
-        "KV pool {} blocks of {} tokens; fragmentation {:.1f}% of allocated slots; {} steps, "
+        "KV pool {}; fragmentation {:.1f}% of allocated slots; {} steps, "
         "{:.1f} tokens each; mean concurrency {:.1f}; {} tokens recomputed, {} prefix tokens "
         "reused; percentiles within 0.1%",
-        group_digits(s.config.pool_blocks), s.config.block_size, x.fragmentation * 100,
-        group_digits(x.steps), x.mean_step_tokens, x.mean_running,
+        pool, x.fragmentation * 100, group_digits(x.steps), x.mean_step_tokens, x.mean_running,
         group_digits(x.recomputed_tokens), group_digits(x.prefix_hit_tokens)));
     r.tables.push_back(std::move(d));
   }

@@ -229,7 +229,7 @@ LengthDistribution parse_length_distribution(std::string_view raw, std::string_v
     }
   } else {
     bad("unknown distribution '" + std::string(kind) + "'" + did_you_mean(kind, k_length_kinds) +
-        "; " + length_usage());
+        " (" + length_usage() + ")");
   }
   check_distribution(d, what);
   return d;
