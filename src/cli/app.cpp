@@ -13,7 +13,7 @@ namespace kvcalc {
 
 namespace {
 
-void add_output_options(CLI::App* cmd, cli::OutputOptions& o) {
+void add_output_options(CLI::App* cmd, cli::OutputOptions& o, bool long_name = true) {
   cmd->add_option("--format", o.format, "Output format: table, md, json or csv")
       ->check(CLI::IsMember({"table", "md", "json", "csv"}))
       ->capture_default_str();
@@ -22,7 +22,8 @@ void add_output_options(CLI::App* cmd, cli::OutputOptions& o) {
                   "GB: powers of 1000); JSON and CSV always carry exact bytes")
       ->check(CLI::IsMember({"iec", "si"}))
       ->capture_default_str();
-  cmd->add_option("-o,--output", o.file, "Write the output to FILE instead of stdout")
+  cmd->add_option(long_name ? "-o,--output" : "-o", o.file,
+                  "Write the output to FILE instead of stdout")
       ->type_name("FILE");
 }
 
@@ -276,6 +277,105 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   add_deployment_options(roofline_cmd, roofline.deployment);
   add_output_options(roofline_cmd, roofline.output);
 
+  cli::SimulateArgs simulate;
+  auto* simulate_cmd = app.add_subcommand(
+      "simulate", "A serving instance over time: KV occupancy, preemptions, throughput and "
+                  "latency on a workload or a trace (docs/simulate.md)");
+  simulate_cmd->add_option("models", simulate.models, "MODEL names, YAML files or config.json")
+      ->type_name("MODEL")
+      ->required();
+  simulate_cmd
+      ->add_option("--workload", simulate.workload,
+                   "Synthetic workload YAML (docs/simulate.md); options below override its keys")
+      ->type_name("FILE.yaml");
+  simulate_cmd
+      ->add_option("--trace", simulate.trace,
+                   "Requests to replay: CSV (arrival_s,prompt_tokens,output_tokens[,prefix_id,"
+                   "prefix_tokens]) or JSONL with the same keys")
+      ->type_name("FILE");
+  simulate_cmd
+      ->add_option("--arrival", simulate.arrival,
+                   "Arrivals: poisson, constant (every 1/rate s) or burst (--requests at t = 0) "
+                   "[default: poisson]")
+      ->check(CLI::IsMember({"poisson", "constant", "burst"}));
+  simulate_cmd
+      ->add_option("--rate", simulate.rates,
+                   "Requests per second; a comma-separated list sweeps [default: the "
+                   "workload's, else 10]")
+      ->type_name("R,...");
+  simulate_cmd
+      ->add_option("--prompt", simulate.prompt,
+                   "Prompt tokens: N, uniform:LOW,HIGH, normal:MEAN,STD, lognormal:MEAN,SIGMA "
+                   "or cdf:TOKENS=P,...,TOKENS=1 [default: the workload's, else 1024]")
+      ->type_name("DIST");
+  simulate_cmd
+      ->add_option("--output", simulate.output_tokens,
+                   "Output tokens, as --prompt [default: the workload's, else 256]")
+      ->type_name("DIST");
+  simulate_cmd
+      ->add_option("--duration", simulate.duration,
+                   "Seconds of arrivals; the run then drains what arrived")
+      ->type_name("SECONDS");
+  simulate_cmd
+      ->add_option("--requests", simulate.requests,
+                   "At most this many requests [default: 1000 when neither this nor --duration "
+                   "nor a workload is given]")
+      ->type_name("N");
+  simulate_cmd->add_option("--seed", simulate.seed, "Random seed [default: the workload's, else 1]")
+      ->type_name("N");
+  simulate_cmd
+      ->add_option("--preemption", simulate.preemption,
+                   "When a sequence needs a block and none is free, the latest-arrived running "
+                   "sequence is preempted: recompute (vLLM's default) or swap (to host memory)")
+      ->check(CLI::IsMember({"recompute", "swap"}))
+      ->capture_default_str();
+  simulate_cmd
+      ->add_option("--swap-bandwidth", simulate.swap_bandwidth,
+                   "Host link of one GPU, one direction, in bytes per second (PCIe 4.0 x16 "
+                   "≈ 25GB, 5.0 ≈ 50GB), for --preemption swap")
+      ->type_name("BYTES/S")
+      ->capture_default_str();
+  simulate_cmd->add_flag("--no-prefix-sharing", simulate.no_prefix_sharing,
+                         "Compute every prompt in full, shared prefixes included");
+  simulate_cmd
+      ->add_option("--mla", simulate.mla,
+                   "MLA mode of each step: auto (absorbed for decode and chunks of ≤ 128 tokens "
+                   "over a prefix, naive for prompts), absorbed or naive")
+      ->check(CLI::IsMember({"absorbed", "naive", "auto"}))
+      ->capture_default_str();
+  simulate_cmd
+      ->add_option("--efficiency", simulate.efficiency,
+                   "Scale the datasheet ceilings: bw=F,flops=F [default: 1, the datasheet]")
+      ->type_name("bw=F,flops=F");
+  simulate_cmd
+      ->add_option("--device-profile", simulate.device_profile,
+                   "Measured ceilings (a profile `kvcalc measure` writes)")
+      ->type_name("FILE");
+  simulate_cmd
+      ->add_option("--timeline", simulate.timeline,
+                   "Write every step as CSV: time, running, waiting, tokens, KV blocks")
+      ->type_name("FILE.csv");
+  simulate_cmd
+      ->add_option("--plot", simulate.plot, "Write an SVG of KV occupancy and throughput over time")
+      ->type_name("FILE.svg");
+  simulate_cmd
+      ->add_option("--block-size", simulate.cache.block_size,
+                   "Page size in tokens [default: vLLM 16 (MLA 64 on Hopper, 128 on "
+                   "Blackwell), TensorRT-LLM 32, SGLang and plain 1]")
+      ->type_name("TOKENS");
+  add_cache_options(simulate_cmd, simulate.cache);
+  simulate.deployment.engine = "vllm";
+  add_deployment_options(simulate_cmd, simulate.deployment);
+  simulate_cmd->get_option("--tp")->description(
+      "Tensor parallel size; a comma-separated list sweeps [default: --gpus / --pp, else 1]");
+  simulate_cmd->get_option("--max-batched-tokens")
+      ->description("Tokens per scheduler step (chunked prefill budget) [default: the engine's: "
+                    "vLLM 8192 (2048 below 70 GiB or on A100), SGLang by GPU memory, else 8192]");
+  simulate_cmd->get_option("--max-seqs")
+      ->description("Running sequences at most [default: vLLM 1024 (256 below 70 GiB or on "
+                    "A100), else 256]");
+  add_output_options(simulate_cmd, simulate.output, false);
+
   cli::MeasureArgs measure;
   auto* measure_cmd = app.add_subcommand(
       "measure", "Measure this machine: bandwidth and compute probes, MLA decode both ways");
@@ -357,6 +457,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
   if (roofline_cmd->parsed()) {
     return cli::run_roofline(roofline, out, err);
+  }
+  if (simulate_cmd->parsed()) {
+    simulate.tp_given = simulate_cmd->get_option("--tp")->count() > 0;
+    return cli::run_simulate(simulate, out, err);
   }
   if (measure_cmd->parsed()) {
     return cli::run_measure_command(measure, out, err);

@@ -93,6 +93,31 @@ struct RooflineArgs {
   OutputOptions output;
 };
 
+struct SimulateArgs {
+  std::vector<std::string> models;
+  std::string workload; ///< workload YAML (docs/simulate.md)
+  std::string trace;    ///< CSV or JSONL requests
+  std::string arrival;  ///< overrides the workload's; empty: poisson
+  std::string rates;    ///< requests per second, a list sweeps
+  std::string prompt;   ///< length distribution
+  std::string output_tokens;
+  std::string duration;
+  std::string requests;
+  std::string seed;
+  std::string preemption = "recompute";
+  std::string swap_bandwidth = "25GB"; ///< bytes per second, one GPU's host link
+  bool no_prefix_sharing = false;
+  std::string mla = "auto";
+  std::string efficiency;
+  std::string device_profile;
+  std::string timeline;  ///< per-step CSV file
+  std::string plot;      ///< SVG file
+  bool tp_given = false; ///< --tp on the command line (else tp = gpus / pp)
+  CacheOptions cache;
+  DeploymentOptions deployment;
+  OutputOptions output;
+};
+
 struct MeasureArgs {
   std::string backend = "auto";
   std::string profile; ///< --out: the device profile YAML
@@ -143,6 +168,8 @@ Json string_array(const std::vector<std::string>& items);
 void write_text_file(const std::string& path, const std::string& text);
 /// Short label for a context: "128k" when a whole number of k, "1M", else the grouped count.
 std::string context_label(u64 tokens);
+/// "bw=0.85,flops=0.7" → bandwidth and FLOP/s efficiencies (1 when unset).
+std::pair<double, double> parse_efficiency(const std::string& text);
 /// Prints warnings as "kvcalc: warning: ..." lines, each once.
 void warn(std::ostream& err, const std::vector<std::string>& warnings);
 /// {"kvcalc": {"version", "schema"}, "command": name}
@@ -157,6 +184,7 @@ std::vector<CapacityRequest> capacity_requests(const std::vector<Model>& models,
                                                std::optional<u64> max_context_at);
 int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err);
 int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err);
+int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err);
 int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream& err);
 int run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err);
 int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& err);

@@ -111,6 +111,35 @@ std::string context_label(u64 tokens) {
   return group_digits(tokens);
 }
 
+std::pair<double, double> parse_efficiency(const std::string& text) {
+  double bw = 1.0;
+  double flops = 1.0;
+  if (text.empty()) {
+    return {bw, flops};
+  }
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma - start);
+    auto eq = item.find('=');
+    std::string key = item.substr(0, eq);
+    if (eq == std::string::npos || (key != "bw" && key != "flops")) {
+      throw InputError("invalid --efficiency '" + text +
+                       "': expected bw=F and/or flops=F, e.g. bw=0.85,flops=0.7");
+    }
+    double v = parse_fraction(item.substr(eq + 1), "--efficiency " + key, 0.0, 1.0);
+    if (v <= 0) {
+      throw InputError("--efficiency " + key + " must be above 0");
+    }
+    (key == "bw" ? bw : flops) = v;
+    if (comma == std::string::npos) {
+      break;
+    }
+    start = comma + 1;
+  }
+  return {bw, flops};
+}
+
 void warn(std::ostream& err, const std::vector<std::string>& warnings) {
   std::vector<std::string> said;
   for (const auto& w : warnings) {

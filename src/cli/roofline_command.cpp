@@ -49,36 +49,6 @@ std::vector<u64> parse_batches(const std::string& text) {
   return out;
 }
 
-/// "bw=0.85,flops=0.7"
-std::pair<double, double> parse_efficiency(const std::string& text) {
-  double bw = 1.0;
-  double flops = 1.0;
-  if (text.empty()) {
-    return {bw, flops};
-  }
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma - start);
-    auto eq = item.find('=');
-    std::string key = item.substr(0, eq);
-    if (eq == std::string::npos || (key != "bw" && key != "flops")) {
-      throw InputError("invalid --efficiency '" + text +
-                       "': expected bw=F and/or flops=F, e.g. bw=0.85,flops=0.7");
-    }
-    double v = parse_fraction(item.substr(eq + 1), "--efficiency " + key, 0.0, 1.0);
-    if (v <= 0) {
-      throw InputError("--efficiency " + key + " must be above 0");
-    }
-    (key == "bw" ? bw : flops) = v;
-    if (comma == std::string::npos) {
-      break;
-    }
-    start = comma + 1;
-  }
-  return {bw, flops};
-}
-
 Json op_json(const Op& o) {
   Json j = Json::object();
   j["name"] = o.name;
@@ -146,9 +116,14 @@ void write_plot(const std::string& path, const RooflineRequest& first,
   bool sweep =
       std::adjacent_find(batches.begin(), batches.end(), std::not_equal_to<>()) != batches.end();
   if (sweep) {
-    LineChart throughput{"Throughput against batch", "batch (sequences)", "tokens/s", {}};
-    LineChart latency{
-        "Time per token against batch", "batch (sequences)", "time per output token (s)", {}};
+    LineChart throughput;
+    throughput.title = "Throughput against batch";
+    throughput.x_label = "batch (sequences)";
+    throughput.y_label = "tokens/s";
+    LineChart latency;
+    latency.title = "Time per token against batch";
+    latency.x_label = "batch (sequences)";
+    latency.y_label = "time per output token (s)";
     for (std::size_t i = 0; i < results.size(); ++i) {
       const std::string& label = results[i].first;
       auto series = std::find_if(throughput.series.begin(), throughput.series.end(),

@@ -354,6 +354,7 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
   // Engine defaults: vLLM's scheduler defaults (arg_utils.py) for `vllm serve`.
   bool big_gpu = gpu.memory_bytes >= 70 * k_gib && gpu.name.find("a100") == std::string::npos;
   u64 max_seqs = es.max_seqs.value_or(es.engine == Engine::vllm && big_gpu ? 1024 : 256);
+  r.max_seqs = max_seqs;
   switch (es.engine) {
   case Engine::vllm:
     r.max_batched_tokens = es.max_batched_tokens.value_or(big_gpu ? 8192 : 2048);

@@ -45,17 +45,30 @@ std::string escape(const std::string& s) {
   return out;
 }
 
-/// A log-scaled axis from 10^lo to 10^hi onto [a, b] pixels.
-struct LogAxis {
+/// An axis onto [a, b] pixels: log-scaled from 10^lo to 10^hi, or linear from lo to hi.
+struct Axis {
   double lo = 0;
   double hi = 1;
   double a = 0;
   double b = 1;
+  bool log = true;
+  double step = 1; ///< between ticks: one decade, or a linear step
   [[nodiscard]] double map(double v) const {
-    double l = std::log10(std::max(v, 1e-300));
+    double l = log ? std::log10(std::max(v, 1e-300)) : v;
     return a + (l - lo) / (hi - lo) * (b - a);
   }
+  /// Tick positions in the axis's own units (exponents for log axes).
+  [[nodiscard]] std::vector<double> ticks() const {
+    std::vector<double> out;
+    for (double e = lo; e <= hi + step * 1e-9; e += step) {
+      out.push_back(e);
+    }
+    return out;
+  }
+  [[nodiscard]] double value(double tick) const { return log ? std::pow(10.0, tick) : tick; }
 };
+
+using LogAxis = Axis;
 
 LogAxis fit(double min, double max, double a, double b) {
   double lo = std::floor(std::log10(min));
@@ -63,16 +76,42 @@ LogAxis fit(double min, double max, double a, double b) {
   if (hi <= lo) {
     hi = lo + 1;
   }
-  return {lo, hi, a, b};
+  return {lo, hi, a, b, true, 1};
 }
 
-std::string tick_label(double exponent, const std::string& unit) {
-  double v = std::pow(10.0, exponent);
-  return unit.empty() ? fmt::format("{:g}", v) : si_rate(v, unit);
+/// A linear axis from 0 (or the minimum, when negative) to a round maximum, 4–8 ticks.
+Axis fit_linear(double min, double max, double a, double b) {
+  double lo = std::min(0.0, min);
+  double span = max > lo ? max - lo : 1;
+  double raw = span / 5;
+  double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = magnitude;
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    if (m * magnitude >= raw) {
+      step = m * magnitude;
+      break;
+    }
+  }
+  double hi = std::ceil(max / step) * step;
+  if (hi <= lo) {
+    hi = lo + step;
+  }
+  return {std::floor(lo / step) * step, hi, a, b, false, step};
 }
 
-/// Frame, grid and decade ticks of one panel; returns the SVG.
-std::string frame(const LogAxis& x, const LogAxis& y, double top, const std::string& title,
+std::string tick_label(const Axis& axis, double tick, const std::string& unit) {
+  double v = axis.value(tick);
+  if (unit == "%") {
+    return fmt::format("{:g}%", v);
+  }
+  if (!axis.log && unit == "s") {
+    return fmt::format("{:g}", v);
+  }
+  return unit.empty() || v == 0 ? fmt::format("{:g}", v) : si_rate(v, unit);
+}
+
+/// Frame, grid and ticks of one panel; returns the SVG.
+std::string frame(const Axis& x, const Axis& y, double top, const std::string& title,
                   const std::string& x_label, const std::string& y_label, const std::string& x_unit,
                   const std::string& y_unit) {
   std::string s;
@@ -82,21 +121,21 @@ std::string frame(const LogAxis& x, const LogAxis& y, double top, const std::str
   s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
                    "stroke=\"#333\"/>\n",
                    x.a, top, x.b - x.a, bottom - top);
-  for (double e = x.lo; e <= x.hi + 1e-9; e += 1) {
-    double px = x.map(std::pow(10.0, e));
+  for (double e : x.ticks()) {
+    double px = x.map(x.value(e));
     s +=
         fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ddd\"/>\n",
                     px, top, bottom);
     s += fmt::format(
         "<text x=\"{:.1f}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">{}</text>\n", px,
-        bottom + 16, escape(tick_label(e, x_unit)));
+        bottom + 16, escape(tick_label(x, e, x_unit)));
   }
-  for (double e = y.lo; e <= y.hi + 1e-9; e += 1) {
-    double py = y.map(std::pow(10.0, e));
+  for (double e : y.ticks()) {
+    double py = y.map(y.value(e));
     s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n",
                      x.a, py, x.b, py);
     s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"end\">{}</text>\n",
-                     x.a - 6, py + 4, escape(tick_label(e, y_unit)));
+                     x.a - 6, py + 4, escape(tick_label(y, e, y_unit)));
   }
   s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"13\" text-anchor=\"middle\">{}</text>\n",
                    (x.a + x.b) / 2, bottom + 38, escape(x_label));
@@ -227,10 +266,15 @@ std::string line_panel(const LineChart& c, double top) {
     }
   }
   double bottom = top + k_panel - k_top - k_bottom;
-  LogAxis x = fit(xmin, xmax, k_left, k_width - k_right);
-  LogAxis y = fit(ymin, ymax, bottom, top);
-  std::string unit = c.y_label.find("tokens/s") != std::string::npos ? "tok/s" : "s";
-  std::string s = frame(x, y, top, c.title, c.x_label, c.y_label, "", unit);
+  Axis x = c.x_scale == AxisScale::log ? fit(xmin, xmax, k_left, k_width - k_right)
+                                       : fit_linear(xmin, xmax, k_left, k_width - k_right);
+  Axis y = c.y_scale == AxisScale::log ? fit(ymin, ymax, bottom, top)
+                                       : fit_linear(ymin, ymax, bottom, top);
+  std::string unit = !c.y_unit.empty()                                 ? c.y_unit
+                     : c.y_label.find("tokens/s") != std::string::npos ? "tok/s"
+                                                                       : "s";
+  std::string s = frame(x, y, top, c.title, c.x_label, c.y_label,
+                        c.x_scale == AxisScale::linear ? "s" : "", unit);
   double lx = k_width - k_right + 20;
   for (std::size_t k = 0; k < c.series.size(); ++k) {
     const auto& sr = c.series[k];
@@ -238,8 +282,10 @@ std::string line_panel(const LineChart& c, double top) {
     std::string path;
     for (std::size_t i = 0; i < sr.xs.size(); ++i) {
       path += fmt::format("{}{:.1f},{:.1f} ", i == 0 ? "M" : "L", x.map(sr.xs[i]), y.map(sr.ys[i]));
-      s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n",
-                       x.map(sr.xs[i]), y.map(sr.ys[i]), color);
+      if (c.markers) {
+        s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n",
+                         x.map(sr.xs[i]), y.map(sr.ys[i]), color);
+      }
     }
     s += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", path,
                      color);
@@ -264,6 +310,18 @@ std::string render_svg(const RooflineChart& roofline, const std::vector<LineChar
   s += roofline_panel(roofline, k_top);
   for (std::size_t i = 0; i < charts.size(); ++i) {
     s += line_panel(charts[i], k_panel * static_cast<double>(i + 1) + k_top);
+  }
+  return s + "</svg>\n";
+}
+
+std::string render_svg(const std::vector<LineChart>& charts) {
+  double height = k_panel * static_cast<double>(charts.size());
+  std::string s = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
+                              "height=\"{}\" viewBox=\"0 0 {} {}\" font-family=\"sans-serif\">\n",
+                              k_width, height, k_width, height);
+  s += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"#fff\"/>\n", k_width, height);
+  for (std::size_t i = 0; i < charts.size(); ++i) {
+    s += line_panel(charts[i], k_panel * static_cast<double>(i) + k_top);
   }
   return s + "</svg>\n";
 }

@@ -88,23 +88,32 @@ double d(u64 v) {
   return static_cast<double>(v);
 }
 
-/// Builds the op list of one step on one GPU.
-class StepBuilder {
-public:
-  StepBuilder(const RooflineRequest& req, RooflineResult& out) : m_req(req), m_out(out) {}
+double peak_of(const PeakFlops& f, DType dtype) {
+  auto pick = peak_flops(f, dtype);
+  if (!pick) {
+    // Parts without a unit for this dtype (fp8 on Ampere) run it at their 16-bit rate.
+    pick = f.bf16 ? f.bf16 : f.fp16;
+  }
+  return pick.value_or(0);
+}
 
-  void add(std::string name, DType dtype, double flops, double weights, double activations,
-           double kv, std::string variant = {}) {
+/// Collects the ops of one step with their names, rates and bounds.
+class OpSink {
+public:
+  OpSink(const RooflineRequest& req, std::vector<Op>& out) : m_req(req), m_out(out) {}
+
+  void add(const char* name, DType dtype, double flops, double weights, double activations,
+           double kv, const char* variant = "") {
     Op op;
-    op.name = std::move(name);
+    op.name = name;
     op.dtype = std::string(dtype_name(dtype));
     op.flops = flops;
     op.weight_bytes = weights;
     op.activation_bytes = activations;
     op.kv_bytes = kv;
     op.bytes = weights + activations + kv;
-    op.variant = std::move(variant);
-    auto peak = peak_flops_of(dtype);
+    op.variant = variant;
+    double peak = peak_of(m_req.rates.flops_per_s, dtype);
     op.peak_flops = peak;
     op.intensity = op.bytes > 0 ? op.flops / op.bytes : 0;
     double bw = m_req.rates.bandwidth_bytes_per_s;
@@ -113,49 +122,67 @@ public:
     double memory = op.bytes / bw;
     op.compute_bound = compute > memory;
     op.time_s = std::max(compute, memory);
-    m_out.ops.push_back(std::move(op));
+    m_out.push_back(std::move(op));
   }
 
-  void collective(std::string name, double bytes) {
+  void collective(const char* name, double bytes) {
     if (bytes <= 0) {
       return;
     }
     Op op;
-    op.name = std::move(name);
+    op.name = name;
     op.dtype = std::string(dtype_name(m_req.model.dtype));
     op.activation_bytes = bytes;
     op.bytes = bytes;
     op.communication = true;
     op.time_s = bytes / m_req.rates.link_bytes_per_s;
-    m_out.ops.push_back(std::move(op));
+    m_out.push_back(std::move(op));
   }
 
 private:
-  double peak_flops_of(DType dtype) const {
-    const PeakFlops& f = m_req.rates.flops_per_s;
-    auto pick = peak_flops(f, dtype);
-    if (!pick) {
-      // Parts without a unit for this dtype (fp8 on Ampere) run it at their 16-bit rate.
-      pick = f.bf16 ? f.bf16 : f.fp16;
-    }
-    return pick.value_or(0);
+  const RooflineRequest& m_req;
+  std::vector<Op>& m_out;
+};
+
+/// Sums the time of the ops of one step, allocating nothing (the simulator's path).
+class TimeSink {
+public:
+  explicit TimeSink(const DeviceRates& rates) : m_rates(rates) {}
+
+  void add(const char* /*name*/, DType dtype, double flops, double weights, double activations,
+           double kv, const char* /*variant*/ = "") {
+    double peak = peak_of(m_rates.flops_per_s, dtype);
+    double compute = peak > 0 ? flops / peak : 0;
+    double memory = (weights + activations + kv) / m_rates.bandwidth_bytes_per_s;
+    m_time += std::max(compute, memory);
   }
 
-  const RooflineRequest& m_req;
-  RooflineResult& m_out;
+  void collective(const char* /*name*/, double bytes) {
+    if (bytes > 0) {
+      m_time += bytes / m_rates.link_bytes_per_s;
+    }
+  }
+
+  [[nodiscard]] double time() const { return m_time; }
+
+private:
+  const DeviceRates& m_rates;
+  double m_time = 0;
 };
 
 } // namespace
 
-RooflineResult compute_roofline(const RooflineRequest& req) {
+MlaMode resolve_mla_mode(MlaMode requested, Phase phase, u64 s) {
+  if (requested != MlaMode::automatic) {
+    return requested;
+  }
+  return s <= 128 && phase != Phase::prefill ? MlaMode::absorbed : MlaMode::naive;
+}
+
+StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
   const Model& m = req.model;
   const Attention& a = m.attention;
   const Parallelism& par = req.parallel;
-  RooflineResult out;
-  out.rates_source = req.rates.source;
-  if (req.batch == 0 || req.context == 0 || req.query == 0) {
-    throw InputError("--batch, --context and the query length must be at least 1");
-  }
   if (std::find(m.layer_types.begin(), m.layer_types.end(), LayerType::linear) !=
       m.layer_types.end()) {
     throw InputError(m.name + ": the roofline does not model linear-attention layers (their "
@@ -166,7 +193,267 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   }
   u64 ep = par.ep == 0 ? par.tp : par.ep;
   u64 attention_tp = par.dp_attention ? 1 : par.tp;
-  bool mla = a.kind == AttentionKind::mla;
+  m_mla = a.kind == AttentionKind::mla;
+  m_ep = d(ep);
+  m_attention_share = par.dp_attention ? 1.0 / d(par.tp) : 1.0;
+
+  // This GPU: ⌈layers / pp⌉ layers, its share of heads.
+  CacheFormat format = resolve_cache_format(req.cache, m);
+  m_stage = ceil_div(m.layers, par.pp);
+  u64 full = 0;
+  u64 sliding = 0;
+  for (u64 i = 0; i < m_stage; ++i) {
+    (m.layer_types[i] == LayerType::full ? full : sliding)++;
+  }
+  m_full = d(full);
+  m_sliding = d(sliding);
+  m_window = d(m.sliding_window);
+  u64 dense_layers = m.moe ? std::min(m.moe->first_dense_layers, m_stage) : m_stage;
+  m_dense = d(dense_layers);
+  m_moe = d(m_stage - dense_layers);
+  m_heads = d(a.heads) / d(attention_tp);
+  m_kv_heads = std::max(1.0, std::floor(d(a.kv_heads) / d(attention_tp)));
+  m_w = d(dtype_storage_bytes(m.dtype, 1024)) / 1024;
+  DType wdt = req.weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
+  // Bytes per weight element in storage, scales included (docs/formulas.md §9).
+  auto weight_per_element = [&](DType dt, u64 rows, u64 cols) {
+    TensorGroup tg{"", rows, cols, 1, TensorPlace::layer, true, false};
+    return d(tensor_bytes(tg, dt)) / (d(rows) * d(cols));
+  };
+  bool quant_linear = m.quantized_weights == QuantizedWeights::linear;
+  DType attn_dt = quant_linear ? wdt : m.dtype;
+  auto linear_bytes = [&](DType dt, u64 rows, u64 cols) {
+    return d(rows) * d(cols) * weight_per_element(dt, rows, cols);
+  };
+  // Matmuls run in the weights' dtype where a low-precision unit exists (fp8 GEMMs);
+  // 4-bit and int8 weight-only formats dequantize to the activation dtype.
+  auto math_dtype = [&](DType dt) {
+    return dt == DType::fp8_e4m3 || dt == DType::fp8_e5m2 ? dt : m.dtype;
+  };
+  m_attn_math = math_dtype(attn_dt);
+  m_expert_math = math_dtype(wdt);
+  m_kv_rate = d(kv_bytes_per_token_per_layer(
+      [&] {
+        Model rank = m;
+        rank.attention.kv_heads = static_cast<u64>(m_kv_heads);
+        rank.attention.heads = std::max<u64>(1, a.heads / attention_tp);
+        return rank;
+      }(),
+      format));
+  if (m_mla) {
+    const MlaDims& md = a.mla;
+    double qk = d(md.qk_nope_head_dim + md.qk_rope_head_dim);
+    u64 q_out = static_cast<u64>(m_heads * qk);
+    m_q_out = d(q_out);
+    if (md.q_lora_rank > 0) {
+      m_w_q_down = linear_bytes(attn_dt, md.q_lora_rank, m.hidden_size);
+      m_w_q_up = linear_bytes(attn_dt, q_out, md.q_lora_rank);
+    } else {
+      m_w_q = linear_bytes(attn_dt, q_out, m.hidden_size);
+    }
+    m_w_kv_down = linear_bytes(attn_dt, md.kv_lora_rank + md.qk_rope_head_dim, m.hidden_size);
+    // W_UK and W_UV are used in the activation dtype whether folded into the query
+    // (absorbed) or applied to the latent (naive): engines dequantize them once at load.
+    m_absorb_math = math_dtype(m.dtype);
+    double absorb_weights =
+        d(static_cast<u64>(m_heads)) * d(md.kv_lora_rank) * d(md.qk_nope_head_dim + md.v_head_dim);
+    m_w_absorb = absorb_weights * weight_per_element(m.dtype, md.kv_lora_rank, md.qk_nope_head_dim);
+  } else {
+    double q = m_heads * d(a.head_dim);
+    double kv = m_kv_heads * d(a.head_dim + a.v_head_dim);
+    m_qkv_out = q + kv;
+    m_w_qkv = linear_bytes(attn_dt, static_cast<u64>(q + kv), m.hidden_size);
+  }
+  m_v_width = m_heads * d(a.v_head_dim);
+  m_w_o = linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(m_v_width));
+  if (dense_layers > 0) {
+    m_mlp_width = d(m.mlp.intermediate_size) / d(par.tp);
+    m_w_mlp = linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(std::max(1.0, m_mlp_width)));
+  }
+  if (m.moe && m_moe > 0) {
+    const Moe& e = *m.moe;
+    m_w_expert = linear_bytes(wdt, e.expert_intermediate_size, m.hidden_size);
+    if (e.shared_expert_intermediate_size > 0) {
+      m_shared_width = d(e.shared_expert_intermediate_size) / d(par.tp);
+      m_w_shared =
+          linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(std::max(1.0, m_shared_width)));
+    }
+  }
+}
+
+void StepCost::add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies,
+                   double attention_copies) const {
+  double t = d(prefix + s);
+  double t_eff = phase == Phase::decode ? t : d(prefix) + d(s) / 2.0;
+  double query = d(s);
+  load.tokens += copies * query;
+  load.logits += phase == Phase::decode ? copies * query : copies;
+  load.attention_tokens += attention_copies * query;
+  bool absorbed = !m_mla || resolve_mla_mode(m_req.mla, phase, s) == MlaMode::absorbed;
+  AttentionLoad& path = absorbed ? load.absorbed : load.naive;
+  path.full.query += attention_copies * query;
+  path.full.attended += attention_copies * query * t_eff;
+  path.full.held += attention_copies * t;
+  if (m_sliding > 0) {
+    path.sliding.query += attention_copies * query;
+    path.sliding.attended += attention_copies * query * std::min(t_eff, m_window);
+    path.sliding.held += attention_copies * std::min(t, m_window);
+  }
+}
+
+template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const {
+  const Model& m = m_req.model;
+  const Attention& a = m.attention;
+  const Parallelism& par = m_req.parallel;
+  double n_attn = load.attention_tokens; // tokens through attention on this GPU
+  double n = load.tokens;                // tokens through the MLP and head of one copy
+  double h = d(m.hidden_size);
+  double w = m_w;
+  double heads = m_heads;
+  double kv_heads = m_kv_heads;
+  double kv_rate = m_kv_rate;
+  double L = d(m_stage);
+
+  // Norms and embedding lookups: memory traffic only.
+  op.add("norms", m.dtype, 4 * n * h * d(m.norms_per_layer) * L, 0,
+         2 * n * h * w * d(m.norms_per_layer) * L, 0);
+
+  // Attention projections.
+  if (m_mla) {
+    const MlaDims& md = a.mla;
+    double q_out = m_q_out;
+    if (md.q_lora_rank > 0) {
+      op.add("attention.q_down", m_attn_math, 2 * n_attn * h * d(md.q_lora_rank) * L,
+             m_w_q_down * L, n_attn * (h + d(md.q_lora_rank)) * w * L, 0);
+      op.add("attention.q_up", m_attn_math, 2 * n_attn * d(md.q_lora_rank) * q_out * L,
+             m_w_q_up * L, n_attn * (d(md.q_lora_rank) + q_out) * w * L, 0);
+    } else {
+      op.add("attention.q_proj", m_attn_math, 2 * n_attn * h * q_out * L, m_w_q * L,
+             n_attn * (h + q_out) * w * L, 0);
+    }
+    double latent = d(md.kv_lora_rank + md.qk_rope_head_dim);
+    op.add("attention.kv_down", m_attn_math, 2 * n_attn * h * latent * L, m_w_kv_down * L,
+           n_attn * (h + latent) * w * L, 0);
+    op.add("attention.rotary", m.dtype, 3 * n_attn * (heads + 1) * d(md.qk_rope_head_dim) * L, 0,
+           2 * n_attn * (heads + 1) * d(md.qk_rope_head_dim) * w * L, 0);
+  } else {
+    op.add("attention.qkv_proj", m_attn_math, 2 * n_attn * h * m_qkv_out * L, m_w_qkv * L,
+           n_attn * (h + m_qkv_out) * w * L, 0);
+    op.add("attention.rotary", m.dtype, 3 * n_attn * (heads + kv_heads) * d(a.head_dim) * L, 0,
+           2 * n_attn * (heads + kv_heads) * d(a.head_dim) * w * L, 0);
+  }
+  op.add("attention.kv_write", m.dtype, 0, 0, 0, n_attn * kv_rate * L);
+
+  // Attention core, per layer kind (sliding layers attend at most their window).
+  for (bool is_sliding : {false, true}) {
+    double count = is_sliding ? m_sliding : m_full;
+    if (count == 0) {
+      continue;
+    }
+    const AttentionSums& ab = is_sliding ? load.absorbed.sliding : load.absorbed.full;
+    const AttentionSums& nv = is_sliding ? load.naive.sliding : load.naive.full;
+    const char* core = is_sliding ? "attention.core.sliding" : "attention.core";
+    if (!m_mla) {
+      double dk = d(a.head_dim + a.v_head_dim);
+      op.add(core, m.dtype, 2 * heads * ab.attended * dk * count, 0,
+             ab.query * heads * dk * w * count, ab.held * kv_rate * count);
+      continue;
+    }
+    const MlaDims& md = a.mla;
+    double dc = d(md.kv_lora_rank);
+    double dr = d(md.qk_rope_head_dim);
+    double dn = d(md.qk_nope_head_dim);
+    double dv = d(md.v_head_dim);
+    if (ab.query > 0) {
+      // W_UK folded into the query, attention over the d_c + d_R latent, W_UV after.
+      op.add("attention.absorb_uk", m_absorb_math, 2 * ab.query * heads * dn * dc * count,
+             m_w_absorb * dn / (dn + dv) * count, ab.query * heads * (dn + dc) * w * count, 0,
+             "absorbed");
+      op.add(core, m.dtype, 2 * heads * ab.attended * ((dc + dr) + dc) * count, 0,
+             ab.query * heads * ((dc + dr) + dc) * w * count, ab.held * kv_rate * count,
+             "absorbed");
+      op.add("attention.absorb_uv", m_absorb_math, 2 * ab.query * heads * dc * dv * count,
+             m_w_absorb * dv / (dn + dv) * count, ab.query * heads * (dc + dv) * w * count, 0,
+             "absorbed");
+    }
+    if (nv.query > 0) {
+      // Decompress every attended latent into per-head K (nope) and V, then attend per head.
+      double expanded = nv.held * heads * (dn + dr + dv) * w;
+      bool materialized = m_req.naive_kv == NaiveKv::materialized;
+      op.add(is_sliding ? "attention.decompress.sliding" : "attention.decompress", m_absorb_math,
+             2 * nv.held * dc * heads * (dn + dv) * count, m_w_absorb * count,
+             (materialized ? expanded : 0) * count, nv.held * kv_rate * count, "naive");
+      op.add(core, m.dtype, 2 * heads * nv.attended * (dn + dr + dv) * count, 0,
+             (nv.query * heads * (dn + dr + dv) * w + (materialized ? expanded : 0)) * count, 0,
+             "naive");
+    }
+  }
+  op.add("attention.o_proj", m_attn_math, 2 * n_attn * m_v_width * h * L, m_w_o * L,
+         n_attn * (m_v_width + h) * w * L, 0);
+
+  // MLP: dense layers, then MoE layers.
+  double gate = m.mlp.kind == MlpKind::gated ? 3 : 2;
+  if (m_dense > 0) {
+    double width = m_mlp_width;
+    op.add("mlp", m_attn_math, 2 * n * h * width * gate * m_dense, gate * m_w_mlp * m_dense,
+           n * (2 * h + gate * width) * w * m_dense, 0);
+  }
+  if (m_moe > 0) {
+    const Moe& e = *m.moe;
+    double ml = m_moe;
+    double ep = m_ep;
+    op.add("moe.router", m.dtype, 2 * n * h * d(e.routed_experts) * ml,
+           h * d(e.routed_experts) * w * ml, n * (h + d(e.routed_experts)) * w * ml, 0);
+    // Each routed expert the batch touches is read once per step (uniform routing).
+    double touched = expected_experts(e.routed_experts, e.experts_per_token, n) / ep;
+    double ie = d(e.expert_intermediate_size);
+    op.add("moe.experts", m_expert_math, 2 * n * d(e.experts_per_token) * h * ie * gate / ep * ml,
+           touched * gate * m_w_expert * ml,
+           n * d(e.experts_per_token) / ep * (2 * h + gate * ie) * w * ml, 0);
+    if (e.shared_expert_intermediate_size > 0) {
+      double width = m_shared_width;
+      op.add("moe.shared_experts", m_attn_math, 2 * n * h * width * gate * ml,
+             gate * m_w_shared * ml, n * (2 * h + gate * width) * w * ml, 0);
+    }
+    if (m_req.communication && ep > 1) {
+      // Dispatch and combine: each token's hidden state to k experts, most on other GPUs.
+      op.collective("moe.all_to_all",
+                    2 * n * d(e.experts_per_token) * h * w * (ep - 1) / ep / ep * ml);
+    }
+  }
+  if (m_req.communication && par.tp > 1) {
+    // Ring all-reduce of the hidden states after attention and after the MLP.
+    op.collective("tp.all_reduce", 2 * 2 * (d(par.tp) - 1) / d(par.tp) * n * h * w * L);
+  }
+
+  // LM head: every new token in decode, the last token of each prompt in prefill/extend.
+  double vocab = d(m.vocab_size) / d(par.tp);
+  op.add("lm_head", m.dtype, 2 * load.logits * h * vocab, vocab * h * w,
+         load.logits * (h * w + vocab * 4), 0);
+}
+
+double StepCost::time_s(const StepLoad& load) const {
+  TimeSink sink(m_req.rates);
+  build(load, sink);
+  return sink.time();
+}
+
+std::vector<Op> StepCost::ops(const StepLoad& load) const {
+  std::vector<Op> out;
+  OpSink sink(m_req, out);
+  build(load, sink);
+  return out;
+}
+
+RooflineResult compute_roofline(const RooflineRequest& req) {
+  const Model& m = req.model;
+  const Parallelism& par = req.parallel;
+  RooflineResult out;
+  out.rates_source = req.rates.source;
+  if (req.batch == 0 || req.context == 0 || req.query == 0) {
+    throw InputError("--batch, --context and the query length must be at least 1");
+  }
+  StepCost cost(req);
 
   // Step shape: s new tokens per request attending t tokens, t_eff on average (causal).
   u64 s = 0;
@@ -186,204 +473,19 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
     break;
   }
   u64 t = prefix + s;
-  double t_eff = req.phase == Phase::decode ? d(t) : d(prefix) + d(s) / 2.0;
   out.query = s;
   out.attended = t;
-  out.attended_effective = t_eff;
-  if (mla) {
-    out.mla = req.mla != MlaMode::automatic
-                  ? req.mla
-                  : (s <= 128 && req.phase != Phase::prefill ? MlaMode::absorbed : MlaMode::naive);
+  out.attended_effective = req.phase == Phase::decode ? d(t) : d(prefix) + d(s) / 2.0;
+  if (m.attention.kind == AttentionKind::mla) {
+    out.mla = resolve_mla_mode(req.mla, req.phase, s);
   }
-
-  // This GPU: ⌈layers / pp⌉ layers, its share of heads and of the batch.
-  CacheFormat format = resolve_cache_format(req.cache, m);
-  u64 stage = ceil_div(m.layers, par.pp);
-  out.layers = stage;
-  u64 full = 0;
-  u64 sliding = 0;
-  for (u64 i = 0; i < stage; ++i) {
-    (m.layer_types[i] == LayerType::full ? full : sliding)++;
-  }
-  u64 dense_layers = m.moe ? std::min(m.moe->first_dense_layers, stage) : stage;
-  u64 moe_layers = stage - dense_layers;
-  double heads = d(a.heads) / d(attention_tp);
-  double kv_heads = std::max(1.0, std::floor(d(a.kv_heads) / d(attention_tp)));
-  out.heads = heads;
+  out.layers = cost.layers();
+  out.heads = cost.heads();
   u64 batch_gpu = par.dp_attention ? ceil_div(req.batch, par.tp) : req.batch;
   out.batch_per_gpu = batch_gpu;
-  double b = d(batch_gpu);
-  double n_attn = b * d(s);       // tokens through attention on this GPU
-  double n = d(req.batch) * d(s); // tokens through the MLP and head of one copy
-  double h = d(m.hidden_size);
-  double w = d(dtype_storage_bytes(m.dtype, 1024)) / 1024; // activation bytes per element
-  DType wdt = req.weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
-  // Bytes per weight element in storage, scales included (docs/formulas.md §9).
-  auto weight_per_element = [&](DType dt, u64 rows, u64 cols) {
-    TensorGroup tg{"", rows, cols, 1, TensorPlace::layer, true, false};
-    return d(tensor_bytes(tg, dt)) / (d(rows) * d(cols));
-  };
-  bool quant_linear = m.quantized_weights == QuantizedWeights::linear;
-  DType attn_dt = quant_linear ? wdt : m.dtype;
-  auto linear_bytes = [&](DType dt, u64 rows, u64 cols) {
-    return d(rows) * d(cols) * weight_per_element(dt, rows, cols);
-  };
-  // Matmuls run in the weights' dtype where a low-precision unit exists (fp8 GEMMs);
-  // 4-bit and int8 weight-only formats dequantize to the activation dtype.
-  auto math_dtype = [&](DType dt) {
-    return dt == DType::fp8_e4m3 || dt == DType::fp8_e5m2 ? dt : m.dtype;
-  };
-  StepBuilder op(req, out);
-  double L = d(stage);
-
-  // Norms and embedding lookups: memory traffic only.
-  op.add("norms", m.dtype, 4 * n * h * d(m.norms_per_layer) * L, 0,
-         2 * n * h * w * d(m.norms_per_layer) * L, 0);
-
-  // Attention projections.
-  double kv_rate = d(kv_bytes_per_token_per_layer(
-      [&] {
-        Model rank = m;
-        rank.attention.kv_heads = static_cast<u64>(kv_heads);
-        rank.attention.heads = std::max<u64>(1, a.heads / attention_tp);
-        return rank;
-      }(),
-      format));
-  if (mla) {
-    const MlaDims& md = a.mla;
-    double qk = d(md.qk_nope_head_dim + md.qk_rope_head_dim);
-    u64 q_out = static_cast<u64>(heads * qk);
-    if (md.q_lora_rank > 0) {
-      op.add("attention.q_down", math_dtype(attn_dt), 2 * n_attn * h * d(md.q_lora_rank) * L,
-             linear_bytes(attn_dt, md.q_lora_rank, m.hidden_size) * L,
-             n_attn * (h + d(md.q_lora_rank)) * w * L, 0);
-      op.add("attention.q_up", math_dtype(attn_dt), 2 * n_attn * d(md.q_lora_rank) * d(q_out) * L,
-             linear_bytes(attn_dt, q_out, md.q_lora_rank) * L,
-             n_attn * (d(md.q_lora_rank) + d(q_out)) * w * L, 0);
-    } else {
-      op.add("attention.q_proj", math_dtype(attn_dt), 2 * n_attn * h * d(q_out) * L,
-             linear_bytes(attn_dt, q_out, m.hidden_size) * L, n_attn * (h + d(q_out)) * w * L, 0);
-    }
-    u64 latent = md.kv_lora_rank + md.qk_rope_head_dim;
-    op.add("attention.kv_down", math_dtype(attn_dt), 2 * n_attn * h * d(latent) * L,
-           linear_bytes(attn_dt, latent, m.hidden_size) * L, n_attn * (h + d(latent)) * w * L, 0);
-    op.add("attention.rotary", m.dtype, 3 * n_attn * (heads + 1) * d(md.qk_rope_head_dim) * L, 0,
-           2 * n_attn * (heads + 1) * d(md.qk_rope_head_dim) * w * L, 0);
-  } else {
-    double q = heads * d(a.head_dim);
-    double kv = kv_heads * d(a.head_dim + a.v_head_dim);
-    u64 out_rows = static_cast<u64>(q + kv);
-    op.add("attention.qkv_proj", math_dtype(attn_dt), 2 * n_attn * h * (q + kv) * L,
-           linear_bytes(attn_dt, out_rows, m.hidden_size) * L, n_attn * (h + q + kv) * w * L, 0);
-    op.add("attention.rotary", m.dtype, 3 * n_attn * (heads + kv_heads) * d(a.head_dim) * L, 0,
-           2 * n_attn * (heads + kv_heads) * d(a.head_dim) * w * L, 0);
-  }
-  op.add("attention.kv_write", m.dtype, 0, 0, 0, n_attn * kv_rate * L);
-
-  // Attention core, per layer kind (sliding layers attend at most their window).
-  auto attended = [&](bool is_sliding) {
-    u64 held = is_sliding ? std::min<u64>(t, m.sliding_window) : t;
-    double eff = is_sliding ? std::min(t_eff, d(m.sliding_window)) : t_eff;
-    return std::pair<double, double>{d(held), eff};
-  };
-  for (bool is_sliding : {false, true}) {
-    double count = d(is_sliding ? sliding : full);
-    if (count == 0) {
-      continue;
-    }
-    auto [held, eff] = attended(is_sliding);
-    std::string kind = is_sliding ? ".sliding" : "";
-    if (!mla) {
-      double dk = d(a.head_dim + a.v_head_dim);
-      op.add("attention.core" + kind, m.dtype, 2 * b * heads * d(s) * eff * dk * count, 0,
-             b * d(s) * heads * dk * w * count, b * held * kv_rate * count);
-      continue;
-    }
-    const MlaDims& md = a.mla;
-    double dc = d(md.kv_lora_rank);
-    double dr = d(md.qk_rope_head_dim);
-    double dn = d(md.qk_nope_head_dim);
-    double dv = d(md.v_head_dim);
-    // W_UK and W_UV are used in the activation dtype whether folded into the query
-    // (absorbed) or applied to the latent (naive): engines dequantize them once at load.
-    DType absorb_dt = m.dtype;
-    double absorb_weights = d(static_cast<u64>(heads)) * dc * (dn + dv);
-    double absorb_w_bytes =
-        absorb_weights * weight_per_element(absorb_dt, md.kv_lora_rank, md.qk_nope_head_dim);
-    if (out.mla == MlaMode::absorbed) {
-      // W_UK folded into the query, attention over the d_c + d_R latent, W_UV after.
-      op.add("attention.absorb_uk", math_dtype(absorb_dt), 2 * n_attn * heads * dn * dc * count,
-             absorb_w_bytes * dn / (dn + dv) * count, n_attn * heads * (dn + dc) * w * count, 0,
-             "absorbed");
-      op.add("attention.core" + kind, m.dtype,
-             2 * b * heads * d(s) * eff * ((dc + dr) + dc) * count, 0,
-             b * d(s) * heads * ((dc + dr) + dc) * w * count, b * held * kv_rate * count,
-             "absorbed");
-      op.add("attention.absorb_uv", math_dtype(absorb_dt), 2 * n_attn * heads * dc * dv * count,
-             absorb_w_bytes * dv / (dn + dv) * count, n_attn * heads * (dc + dv) * w * count, 0,
-             "absorbed");
-    } else {
-      // Decompress every attended latent into per-head K (nope) and V, then attend per head.
-      double expanded = b * held * heads * (dn + dr + dv) * w;
-      bool materialized = req.naive_kv == NaiveKv::materialized;
-      op.add("attention.decompress" + kind, math_dtype(absorb_dt),
-             2 * b * held * dc * heads * (dn + dv) * count, absorb_w_bytes * count,
-             (materialized ? expanded : 0) * count, b * held * kv_rate * count, "naive");
-      op.add("attention.core" + kind, m.dtype, 2 * b * heads * d(s) * eff * (dn + dr + dv) * count,
-             0, (b * d(s) * heads * (dn + dr + dv) * w + (materialized ? expanded : 0)) * count, 0,
-             "naive");
-    }
-  }
-  double v_width = heads * d(a.v_head_dim);
-  op.add("attention.o_proj", math_dtype(attn_dt), 2 * n_attn * v_width * h * L,
-         linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(v_width)) * L,
-         n_attn * (v_width + h) * w * L, 0);
-
-  // MLP: dense layers, then MoE layers.
-  double gate = m.mlp.kind == MlpKind::gated ? 3 : 2;
-  if (dense_layers > 0) {
-    double width = d(m.mlp.intermediate_size) / d(par.tp);
-    u64 cols = static_cast<u64>(std::max(1.0, width));
-    op.add("mlp", math_dtype(attn_dt), 2 * n * h * width * gate * d(dense_layers),
-           gate * linear_bytes(attn_dt, m.hidden_size, cols) * d(dense_layers),
-           n * (2 * h + gate * width) * w * d(dense_layers), 0);
-  }
-  if (moe_layers > 0) {
-    const Moe& e = *m.moe;
-    double ml = d(moe_layers);
-    op.add("moe.router", m.dtype, 2 * n * h * d(e.routed_experts) * ml,
-           h * d(e.routed_experts) * w * ml, n * (h + d(e.routed_experts)) * w * ml, 0);
-    // Each routed expert the batch touches is read once per step (uniform routing).
-    double touched = expected_experts(e.routed_experts, e.experts_per_token, n) / d(ep);
-    double ie = d(e.expert_intermediate_size);
-    DType expert_dt = wdt;
-    op.add("moe.experts", math_dtype(expert_dt),
-           2 * n * d(e.experts_per_token) * h * ie * gate / d(ep) * ml,
-           touched * gate * linear_bytes(expert_dt, e.expert_intermediate_size, m.hidden_size) * ml,
-           n * d(e.experts_per_token) / d(ep) * (2 * h + gate * ie) * w * ml, 0);
-    if (e.shared_expert_intermediate_size > 0) {
-      double width = d(e.shared_expert_intermediate_size) / d(par.tp);
-      u64 cols = static_cast<u64>(std::max(1.0, width));
-      op.add("moe.shared_experts", math_dtype(attn_dt), 2 * n * h * width * gate * ml,
-             gate * linear_bytes(attn_dt, m.hidden_size, cols) * ml,
-             n * (2 * h + gate * width) * w * ml, 0);
-    }
-    if (req.communication && ep > 1) {
-      // Dispatch and combine: each token's hidden state to k experts, most on other GPUs.
-      op.collective("moe.all_to_all",
-                    2 * n * d(e.experts_per_token) * h * w * (d(ep) - 1) / d(ep) / d(ep) * ml);
-    }
-  }
-  if (req.communication && par.tp > 1) {
-    // Ring all-reduce of the hidden states after attention and after the MLP.
-    op.collective("tp.all_reduce", 2 * 2 * (d(par.tp) - 1) / d(par.tp) * n * h * w * L);
-  }
-
-  // LM head: every new token in decode, the last token of each prompt in prefill/extend.
-  double logits_tokens = req.phase == Phase::decode ? n : d(req.batch);
-  double vocab = d(m.vocab_size) / d(par.tp);
-  op.add("lm_head", m.dtype, 2 * logits_tokens * h * vocab, vocab * h * w,
-         logits_tokens * (h * w + vocab * 4), 0);
+  StepLoad load;
+  cost.add(load, req.phase, s, prefix, d(req.batch), d(batch_gpu));
+  out.ops = cost.ops(load);
 
   for (const Op& o : out.ops) {
     out.flops += o.flops;
@@ -396,6 +498,9 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   double tokens = d(req.batch) * d(s);
   out.tokens_per_s = tokens / out.time_s;
   out.time_per_token_s = req.phase == Phase::decode ? out.time_s / d(s) : out.time_s;
+  u64 ep = par.ep == 0 ? par.tp : par.ep;
+  u64 attention_tp = par.dp_attention ? 1 : par.tp;
+  DType wdt = req.weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
   WeightBytes weights =
       weight_bytes(m, count_params(m), wdt, {par.tp, attention_tp, par.pp, ep, false});
   if (weights.per_gpu > req.gpu.memory_bytes) {
@@ -404,7 +509,7 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
                         req.gpu.name + "; the step is computed all the same");
   }
   if (par.pp > 1) {
-    out.notes.push_back("pipeline parallel: one stage of " + std::to_string(stage) +
+    out.notes.push_back("pipeline parallel: one stage of " + std::to_string(out.layers) +
                         " layers is modelled; a token crosses all " + std::to_string(par.pp) +
                         " stages");
   }

@@ -3,11 +3,14 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/kv/footprint.hpp>
 #include <kvcalc/model/registry.hpp>
 #include <kvcalc/roofline/roofline.hpp>
+#include <kvcalc/sim/simulator.hpp>
 
 using namespace kvcalc;
 
@@ -87,5 +90,40 @@ int main() {
   std::printf("footprint: %llu footprints in %.3f s = %.0f/s (checksum %.6g)\n",
               static_cast<unsigned long long>(footprints), footprint_s,
               static_cast<double>(footprints) / footprint_s, checksum);
+
+  // The serving simulator: 100,000 requests of the chat workload (docs/examples/chat.yaml)
+  // on DeepSeek-V3, 8 × H200, TP 8, vLLM budget, at its own rate, near the instance's capacity,
+  // and past it (the queue grows; preemptions).
+  std::ifstream chat_file(KVCALC_SOURCE_DIR "/docs/examples/chat.yaml");
+  std::stringstream chat_text;
+  chat_text << chat_file.rdbuf();
+  Workload chat = parse_workload(chat_text.str(), "docs/examples/chat.yaml");
+  chat.duration_s.reset();
+  chat.requests = 100000;
+  CapacityRequest cq;
+  cq.model = v3;
+  cq.gpu = h200;
+  cq.parallel.gpus = 8;
+  cq.parallel.tp = 8;
+  cq.engine.engine = Engine::vllm;
+  CapacityResult capacity = compute_capacity(cq);
+  SimConfig config = instance_config(cq, capacity, device_rates(h200), MlaMode::automatic);
+  for (double rate : {chat.rate, 20.0, 40.0}) {
+    Workload w = chat;
+    w.rate = rate;
+    SimResult sim;
+    double sim_s = seconds([&] {
+      SyntheticSource source(w);
+      sim = simulate(config, source);
+    });
+    std::printf("simulate: %llu chat requests at %.0f/s on DeepSeek-V3 8xH200 TP8 in %.3f s = "
+                "%.0f requests/s; %llu steps = %.0f steps/s (simulated %.0f s, peak KV %.1f%%, "
+                "%llu preemptions, %.0f output tokens/s)\n",
+                static_cast<unsigned long long>(sim.requests_completed), rate, sim_s,
+                static_cast<double>(sim.requests_completed) / sim_s,
+                static_cast<unsigned long long>(sim.steps), static_cast<double>(sim.steps) / sim_s,
+                sim.makespan_s, sim.kv_peak * 100, static_cast<unsigned long long>(sim.preemptions),
+                sim.output_tokens_per_s);
+  }
   return 0;
 }

@@ -198,3 +198,28 @@ TEST_CASE("capacity's decode step at full load is the roofline's step at that ba
   CHECK(std::stod(csv_field(roof.out, "time_s")) == Approx(step).epsilon(1e-12));
   CHECK(std::stod(sequences) > 1);
 }
+
+TEST_CASE("simulate writes a per-step timeline and an SVG of occupancy and throughput",
+          "[cli][sim]") {
+  auto dir = temp_dir();
+  auto csv = dir / "timeline.csv";
+  auto svg = dir / "timeline.svg";
+  Run r = cli({"simulate", "llama-3.1-8b", "deepseek-v2-lite", "--gpu", "h100", "--arrival",
+               "burst", "--requests", "20", "--prompt", "500", "--output", "20", "--timeline",
+               csv.string(), "--plot", svg.string(), "--format", "json"});
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("wrote " + csv.string()) != std::string::npos);
+  std::string timeline = slurp(csv);
+  CHECK(timeline.starts_with("model,gpu,tp,rate_per_s,step,start_s,duration_s,running,waiting,"
+                             "decode_tokens,prefill_tokens,kv_blocks_used,kv_occupancy,"
+                             "preemptions,completed\n"));
+  CHECK(timeline.find("\nllama-3.1-8b,h100-sxm,1,,1,0,") != std::string::npos);
+  CHECK(timeline.find("\ndeepseek-v2-lite,h100-sxm,1,,1,0,") != std::string::npos);
+  std::string plot = slurp(svg);
+  CHECK(plot.starts_with("<svg"));
+  CHECK(plot.find("KV-cache occupancy over time") != std::string::npos);
+  CHECK(plot.find("Throughput over time") != std::string::npos);
+  CHECK(plot.find("deepseek-v2-lite") != std::string::npos);
+  CHECK(r.out.find("\"requests_completed\": 20") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}

@@ -71,10 +71,11 @@ TEST_CASE("the SVG roofline has axes with units, ceilings and one marker per poi
   c.points = {{228.3, 900e12, "attention.core", PointStyle::absorbed},
               {4096, 950e12, "attention.core", PointStyle::naive},
               {1.0, 4.8e12, "norms <&>", PointStyle::other}};
-  LineChart sweep{"Throughput against batch",
-                  "batch (sequences)",
-                  "tokens/s",
-                  {{"absorbed", {1, 2, 4}, {100, 190, 350}}}};
+  LineChart sweep;
+  sweep.title = "Throughput against batch";
+  sweep.x_label = "batch (sequences)";
+  sweep.y_label = "tokens/s";
+  sweep.series = {{"absorbed", {1, 2, 4}, {100, 190, 350}}};
   std::string svg = render_svg(c, {sweep});
   CHECK(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
   CHECK(svg.ends_with("</svg>\n"));
@@ -94,4 +95,23 @@ TEST_CASE("the SVG roofline has axes with units, ceilings and one marker per poi
   };
   CHECK(count("<circle") == 2 + 2 + 3);
   CHECK(count("<rect x=") == 1 + 1 + 2); // naive point, legend square, two panel frames
+}
+
+TEST_CASE("linear line charts: round ticks from 0, units on the ticks", "[report][svg]") {
+  LineChart occupancy;
+  occupancy.title = "KV-cache occupancy";
+  occupancy.x_label = "time (s)";
+  occupancy.y_label = "KV blocks in use (% of the pool)";
+  occupancy.x_scale = AxisScale::linear;
+  occupancy.y_scale = AxisScale::linear;
+  occupancy.y_unit = "%";
+  occupancy.markers = false;
+  occupancy.series = {{"deepseek-v3", {0, 30, 61}, {0, 45.5, 97}}};
+  std::string svg = render_svg({occupancy});
+  CHECK(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+  CHECK(svg.find(">100%</text>") != std::string::npos); // 0, 20, …, 100 %
+  CHECK(svg.find(">20%</text>") != std::string::npos);
+  CHECK(svg.find(">80</text>") != std::string::npos); // 0, 20, …, 80 s
+  CHECK(svg.find("<circle") == std::string::npos);
+  CHECK(svg.find("deepseek-v3") != std::string::npos);
 }

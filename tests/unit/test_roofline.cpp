@@ -161,3 +161,63 @@ TEST_CASE("bad roofline input is refused", "[roofline]") {
   CHECK_THROWS_AS(parse_phase("decoding"), InputError);
   CHECK_THROWS_WITH(parse_mla_mode("absorb"), Catch::Contains("did you mean 'absorbed'?"));
 }
+
+// A step priced from its sums: B sequences added one by one cost what compute_roofline gives
+// for the uniform batch, and a mixed step holds the ops of both MLA paths.
+TEST_CASE("StepCost over a uniform batch is compute_roofline's step", "[roofline][step]") {
+  auto req = request("deepseek-v3", "h200", 64, 8192);
+  req.parallel.tp = 8;
+  StepCost cost(req);
+  StepLoad load;
+  for (int i = 0; i < 64; ++i) {
+    cost.add(load, Phase::decode, 1, 8191, 1, 1);
+  }
+  CHECK(cost.time_s(load) == Approx(compute_roofline(req).time_s).epsilon(1e-12));
+
+  auto gqa = request("llama-3.1-70b", "h100-sxm", 16, 2048);
+  gqa.phase = Phase::extend;
+  gqa.query = 512;
+  StepCost gqa_cost(gqa);
+  StepLoad chunks;
+  for (int i = 0; i < 16; ++i) {
+    gqa_cost.add(chunks, Phase::extend, 512, 2048, 1, 1);
+  }
+  CHECK(gqa_cost.time_s(chunks) == Approx(compute_roofline(gqa).time_s).epsilon(1e-12));
+}
+
+TEST_CASE("a mixed step carries absorbed decodes and a naive prefill", "[roofline][step]") {
+  auto req = request("deepseek-v3", "h200", 1, 1);
+  req.parallel.tp = 8;
+  StepCost cost(req);
+  StepLoad load;
+  cost.add(load, Phase::decode, 1, 4095, 32, 32);
+  cost.add(load, Phase::prefill, 2048, 0, 1, 1);
+  // 32 decodes (one token each) and one 2,048-token prompt: 2,080 tokens, 33 logits rows.
+  CHECK(load.tokens == 2080);
+  CHECK(load.logits == 33);
+  CHECK(load.absorbed.full.held == 32 * 4096);
+  CHECK(load.naive.full.attended == 2048.0 * 1024); // s · t_eff = 2,048 · 2,048/2
+  std::vector<Op> ops = cost.ops(load);
+  int absorbed = 0;
+  int naive = 0;
+  double total = 0;
+  for (const Op& o : ops) {
+    absorbed += o.variant == "absorbed";
+    naive += o.variant == "naive";
+    total += o.time_s;
+  }
+  CHECK(absorbed == 3); // absorb_uk, core, absorb_uv
+  CHECK(naive == 2);    // decompress, core
+  CHECK(cost.time_s(load) == Approx(total).epsilon(1e-12));
+}
+
+TEST_CASE("dp-attention: one GPU attends 1/tp of the sequences", "[roofline][step]") {
+  auto req = request("deepseek-v3", "h200", 64, 4096);
+  req.parallel.tp = 8;
+  req.parallel.dp_attention = true;
+  StepCost cost(req);
+  CHECK(cost.attention_share() == Approx(0.125));
+  StepLoad load;
+  cost.add(load, Phase::decode, 1, 4095, 64, 64 * cost.attention_share());
+  CHECK(cost.time_s(load) == Approx(compute_roofline(req).time_s).epsilon(1e-12));
+}

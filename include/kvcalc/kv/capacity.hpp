@@ -80,6 +80,7 @@ struct CapacityResult {
   u64 block_size = 0;                 ///< 0: not paged
   u64 num_blocks = 0;                 ///< per pool, when paged
   u64 max_batched_tokens = 0;
+  u64 max_seqs = 0; ///< running sequences per step, the engine's default unless set
   CacheFormat cache;
   DType weight_dtype = DType::bf16;
   bool fits = true;

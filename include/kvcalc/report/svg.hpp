@@ -34,15 +34,24 @@ struct LineSeries {
   std::vector<double> ys;
 };
 
+enum class AxisScale { log, linear };
+
 struct LineChart {
   std::string title;
   std::string x_label;
   std::string y_label;
   std::vector<LineSeries> series;
+  AxisScale x_scale = AxisScale::log;
+  AxisScale y_scale = AxisScale::log;
+  std::string y_unit;  ///< tick unit: "%", "tok/s", "s"; empty: guessed from the y label
+  bool markers = true; ///< a dot at every point (off for dense timelines)
 };
 
 /// One SVG with the roofline on top and the line charts below it.
 [[nodiscard]] std::string render_svg(const RooflineChart& roofline,
                                      const std::vector<LineChart>& charts);
+
+/// One SVG of line charts, one above the other.
+[[nodiscard]] std::string render_svg(const std::vector<LineChart>& charts);
 
 } // namespace kvcalc

@@ -104,6 +104,90 @@ struct RooflineResult {
 
 [[nodiscard]] RooflineResult compute_roofline(const RooflineRequest& request);
 
+/// The MLA mode `requested` resolves to for a chunk of s tokens in `phase`: automatic is
+/// absorbed for s ≤ 128 outside prefill, naive otherwise (vLLM's FlashMLA rule).
+[[nodiscard]] MlaMode resolve_mla_mode(MlaMode requested, Phase phase, u64 s);
+
+/// Attention work of a set of sequences over one kind of layer, summed over the sequences.
+struct AttentionSums {
+  double query = 0;    ///< Σ s: new tokens
+  double attended = 0; ///< Σ s·t_eff: query-key pairs per head
+  double held = 0;     ///< Σ t: cached tokens read (capped at the window on sliding layers)
+};
+
+/// One kind of attention path: its sums over full-attention and over sliding-window layers.
+struct AttentionLoad {
+  AttentionSums full;
+  AttentionSums sliding;
+};
+
+/// One step of a model copy as sums over its sequences, so that one step may mix decodes,
+/// prefills and chunks of any context (docs/formulas.md §11, "Mixed steps"). Build it with
+/// StepCost::add.
+struct StepLoad {
+  double tokens = 0;           ///< new tokens through the linear layers of the copy (Σ s)
+  double logits = 0;           ///< rows of the LM head
+  double attention_tokens = 0; ///< new tokens whose attention this GPU runs
+  AttentionLoad absorbed;      ///< MHA/GQA sequences, and MLA sequences attended absorbed
+  AttentionLoad naive;         ///< MLA sequences attended naive (decompressed)
+};
+
+/// The roofline of one step for any StepLoad, with everything that does not depend on the
+/// batch prepared once: compute_roofline is StepCost over a uniform batch, and the simulator
+/// prices every mixed step with it (the same op formulas, no copy of them).
+class StepCost {
+public:
+  /// Uses the request's model, GPU rates, cache, weight dtype, parallelism, MLA mode, naive-KV
+  /// layout and communication switch; batch, context, query and phase are the load's.
+  explicit StepCost(const RooflineRequest& request);
+
+  /// Adds `copies` sequences with s new tokens over a cached prefix of `prefix` tokens
+  /// (decode: t_eff = t = prefix + s; prefill/extend: t_eff = prefix + s/2), of which
+  /// `attention_copies` are attended on this GPU (fewer than `copies` with dp-attention).
+  void add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies,
+           double attention_copies) const;
+
+  /// Seconds of the step on one GPU: Σ over ops of max(FLOPs / peak, bytes / bandwidth).
+  [[nodiscard]] double time_s(const StepLoad& load) const;
+  /// Every op of the step, as compute_roofline reports them.
+  [[nodiscard]] std::vector<Op> ops(const StepLoad& load) const;
+
+  /// Fraction of the copy's sequences whose attention one GPU runs (1/tp with dp-attention).
+  [[nodiscard]] double attention_share() const { return m_attention_share; }
+  [[nodiscard]] u64 layers() const { return m_stage; }
+  [[nodiscard]] double heads() const { return m_heads; }
+  [[nodiscard]] const RooflineRequest& request() const { return m_req; }
+
+private:
+  template <class Sink> void build(const StepLoad& load, Sink& sink) const;
+
+  RooflineRequest m_req;
+  bool m_mla = false;
+  u64 m_stage = 0;       ///< layers on this GPU
+  double m_full = 0;     ///< full-attention layers on this GPU
+  double m_sliding = 0;  ///< sliding-window layers on this GPU
+  double m_dense = 0;    ///< layers with a dense MLP
+  double m_moe = 0;      ///< layers with an MoE MLP
+  double m_window = 0;   ///< tokens a sliding layer holds
+  double m_heads = 0;    ///< query heads on this GPU
+  double m_kv_heads = 0; ///< KV heads on this GPU
+  double m_kv_rate = 0;  ///< KV bytes per token per layer on this GPU
+  double m_w = 0;        ///< activation bytes per element
+  double m_ep = 1;       ///< expert shards
+  double m_attention_share = 1;
+  DType m_attn_math = DType::bf16;   ///< dtype of the attention and dense matmuls
+  DType m_expert_math = DType::bf16; ///< dtype of the expert matmuls
+  DType m_absorb_math = DType::bf16; ///< dtype of W_UK / W_UV
+  // Weight bytes per layer (or per step for the LM head), scales included.
+  double m_w_q_down = 0, m_w_q_up = 0, m_w_q = 0, m_w_kv_down = 0, m_w_qkv = 0, m_w_o = 0;
+  double m_w_mlp = 0, m_w_expert = 0, m_w_shared = 0, m_w_absorb = 0;
+  double m_q_out = 0;        ///< MLA query width on this GPU (heads × (d_nope + d_R))
+  double m_qkv_out = 0;      ///< GQA: q + k + v widths on this GPU
+  double m_mlp_width = 0;    ///< dense MLP width per GPU
+  double m_shared_width = 0; ///< shared-expert width per GPU
+  double m_v_width = 0;      ///< heads × d_v
+};
+
 /// Where absorbed MLA stops paying, for chunks of s tokens over a prefix of P (docs/formulas.md).
 struct MlaCrossover {
   double flop_ratio = 0; ///< s·t_eff/P at equal FLOPs: d_c(d_nope+d_v)/(2d_c − d_nope − d_v)

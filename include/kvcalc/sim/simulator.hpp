@@ -1,0 +1,107 @@
+#pragma once
+/// The serving simulator: one serving instance stepped by a vLLM-v1-like scheduler over a
+/// paged KV pool sized by the capacity engine, each step priced by the roofline
+/// (docs/simulate.md). A pure function of its inputs and its request source.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/roofline/roofline.hpp>
+#include <kvcalc/sim/metrics.hpp>
+#include <kvcalc/sim/workload.hpp>
+
+namespace kvcalc {
+
+/// What happens to a running sequence that loses its blocks.
+enum class Preemption {
+  recompute, ///< free its blocks; prompt and generated tokens are prefilled again (vLLM)
+  swap,      ///< copy its blocks to host memory and back when it resumes
+};
+
+[[nodiscard]] std::string_view preemption_name(Preemption p);
+[[nodiscard]] Preemption parse_preemption(std::string_view text);
+
+/// One serving instance, ready to simulate.
+struct SimConfig {
+  RooflineRequest step;          ///< model, GPU, rates, cache, weights, parallelism, MLA mode
+  u64 pool_blocks = 0;           ///< KV blocks of the instance
+  u64 block_size = 1;            ///< tokens per block (1: token-granular, SGLang)
+  u64 sequence_blocks_limit = 0; ///< most blocks one sequence may hold (one rank's pool)
+  u64 max_batched_tokens = 8192; ///< tokens per step
+  u64 max_seqs = 256;            ///< running sequences
+  u64 max_context = 0;           ///< longest prompt + output; 0: no limit
+  Preemption preemption = Preemption::recompute;
+  double swap_bytes_per_s = 25e9; ///< host link of one GPU, one direction (swap)
+  double kv_bytes_per_token = 0;  ///< on one GPU (swap traffic)
+  bool prefix_sharing = true;     ///< share the blocks of requests' common prefixes
+};
+
+/// The instance that `capacity` sized for `request`: the engine's KV pool in blocks (per
+/// attention-DP rank, times the ranks), its token budget and sequence limit. `rates` and `mla`
+/// price the steps. Throws InputError when the model does not fit, or when the deployment holds
+/// more than one model copy (simulate one copy).
+[[nodiscard]] SimConfig instance_config(const CapacityRequest& request,
+                                        const CapacityResult& capacity, const DeviceRates& rates,
+                                        MlaMode mla);
+
+/// One step of the run, for timelines.
+struct StepRecord {
+  u64 step = 0;
+  double start_s = 0;
+  double duration_s = 0;
+  u64 running = 0;        ///< sequences holding KV during the step
+  u64 waiting = 0;        ///< arrived, not running (queued or preempted)
+  u64 decode_tokens = 0;  ///< sequences generating one token
+  u64 prefill_tokens = 0; ///< prompt (or recompute) tokens in the step
+  u64 blocks_used = 0;
+  double kv_occupancy = 0; ///< blocks used / pool
+  u64 preemptions = 0;     ///< so far
+  u64 completed = 0;       ///< so far
+};
+
+struct SimResult {
+  u64 requests_arrived = 0;
+  u64 requests_completed = 0;
+  u64 requests_rejected = 0;
+  u64 rejected_pool = 0;    ///< needed more blocks than one sequence may hold
+  u64 rejected_context = 0; ///< prompt + output past the model's max_context
+  u64 preemptions = 0;
+  u64 steps = 0;
+  double first_arrival_s = 0;
+  double end_s = 0;          ///< when the last step ended
+  double makespan_s = 0;     ///< end − first arrival
+  double busy_s = 0;         ///< time in steps
+  double swap_s = 0;         ///< of busy_s, copying blocks to and from the host
+  u64 input_tokens = 0;      ///< prompts of completed requests
+  u64 output_tokens = 0;     ///< outputs of completed requests
+  u64 computed_tokens = 0;   ///< every token run through the model (prefill, recompute, decode)
+  u64 recomputed_tokens = 0; ///< of those, recomputed after a preemption
+  u64 prefix_hit_tokens = 0; ///< prompt tokens not computed: a shared prefix held them
+  double input_tokens_per_s = 0;
+  double output_tokens_per_s = 0;
+  double total_tokens_per_s = 0;
+  LatencySummary ttft;  ///< arrival → first token
+  LatencySummary tpot;  ///< (finish − first token) / (output − 1), outputs of 2+ tokens
+  LatencySummary e2e;   ///< arrival → last token
+  LatencySummary queue; ///< arrival → first scheduled
+  u64 pool_blocks = 0;
+  u64 block_size = 0;
+  u64 kv_peak_blocks = 0;
+  double kv_peak = 0;       ///< peak blocks used / pool
+  double kv_mean = 0;       ///< time-weighted over the makespan
+  double fragmentation = 0; ///< allocated-but-empty slots / allocated, time-weighted
+  u64 peak_running = 0;
+  double mean_running = 0;     ///< time-weighted over busy time
+  double mean_step_tokens = 0; ///< tokens per step
+  std::vector<TimePoint> timeline;
+};
+
+/// Runs the instance until `source` is exhausted and every admitted request has finished.
+/// `on_step`, when set, sees every step (timelines); memory grows with the requests in the
+/// system (running and waiting), not with the requests of the run.
+[[nodiscard]] SimResult simulate(const SimConfig& config, RequestSource& source,
+                                 const std::function<void(const StepRecord&)>& on_step = {});
+
+} // namespace kvcalc

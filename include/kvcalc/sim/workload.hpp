@@ -1,0 +1,147 @@
+#pragma once
+/// Requests for the serving simulator: a seeded random generator with fixed transforms, length
+/// distributions, synthetic workloads (docs/simulate.md, "Workload YAML") and the source
+/// interface the simulator pulls requests from, one at a time.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <kvcalc/core/checked.hpp>
+
+namespace kvcalc {
+
+/// One request as the simulator sees it.
+struct Request {
+  double arrival_s = 0;  ///< seconds from the start of the run
+  u64 prompt_tokens = 0; ///< the whole prompt, a shared prefix included
+  u64 output_tokens = 0; ///< tokens to generate (at least 1)
+  u64 prefix_id = 0;     ///< 0: no shared prefix; else requests with the same id share it
+  u64 prefix_tokens = 0; ///< leading prompt tokens that are the shared prefix
+};
+
+/// Where the simulator pulls requests from, in arrival order; memory stays independent of the
+/// number of requests.
+class RequestSource {
+public:
+  virtual ~RequestSource() = default;
+  /// The next request, or nullopt when there are no more.
+  virtual std::optional<Request> next() = 0;
+};
+
+/// Random numbers that are the same on every platform: std::mt19937_64 (its output is fixed by
+/// the standard) with kvcalc's own transforms (std:: distributions differ between libraries).
+class Rng {
+public:
+  explicit Rng(u64 seed) : m_engine(seed) {}
+  /// Uniform in [0, 1), 53 random bits.
+  double uniform();
+  /// Standard normal (Box-Muller).
+  double normal();
+  /// Exponential with the given rate.
+  double exponential(double rate);
+
+private:
+  std::mt19937_64 m_engine;
+  std::optional<double> m_spare;
+};
+
+enum class LengthKind { fixed, uniform, normal, lognormal, cdf };
+
+/// A distribution of token counts. Samples are rounded to whole tokens and clamped to
+/// [min, max] (min at least 1).
+struct LengthDistribution {
+  LengthKind kind = LengthKind::fixed;
+  double a = 0; ///< fixed: the value; uniform: low; normal and lognormal: the mean
+  double b = 0; ///< uniform: high; normal: standard deviation; lognormal: σ of the log
+  std::vector<std::pair<u64, double>> cdf; ///< tokens, P(X ≤ tokens): increasing, last 1
+  u64 min = 1;
+  u64 max = UINT64_MAX;
+
+  [[nodiscard]] u64 sample(Rng& rng) const;
+  /// The mean before clamping (for people and for checks).
+  [[nodiscard]] double mean() const;
+};
+
+/// Parses "512", "fixed:512", "uniform:100,800", "normal:1000,200", "lognormal:2000,0.8"
+/// (mean, σ of the log) or "cdf:100=0.2,500=0.7,2000=1". Errors name `what`.
+[[nodiscard]] LengthDistribution parse_length_distribution(std::string_view text,
+                                                           std::string_view what);
+/// "lognormal:2000,0.8" back from a distribution.
+[[nodiscard]] std::string describe(const LengthDistribution& d);
+
+enum class ArrivalProcess {
+  poisson,  ///< exponential gaps at `rate`
+  constant, ///< one request every 1/rate seconds, the first at 0
+  burst,    ///< `requests` requests, all at t = 0
+};
+
+[[nodiscard]] std::string_view arrival_name(ArrivalProcess a);
+[[nodiscard]] ArrivalProcess parse_arrival(std::string_view text);
+
+/// Requests that start with one of `count` shared prefixes.
+struct PrefixSharing {
+  double fraction = 0; ///< of requests that carry a prefix
+  u64 count = 1;       ///< distinct prefixes, picked uniformly
+  u64 tokens = 0;      ///< prefix length, added in front of the sampled prompt
+};
+
+/// A synthetic workload (docs/simulate.md): arrivals, lengths and prefixes, with a seed.
+struct Workload {
+  std::string name;
+  u64 seed = 1;
+  ArrivalProcess arrival = ArrivalProcess::poisson;
+  double rate = 10;                 ///< requests per second (poisson, constant)
+  std::optional<double> duration_s; ///< arrivals before this time
+  std::optional<u64> requests;      ///< at most this many requests
+  LengthDistribution prompt;
+  LengthDistribution output;
+  PrefixSharing prefix;
+};
+
+/// Parses a workload YAML; errors are InputErrors at file:line:col with a did-you-mean.
+[[nodiscard]] Workload parse_workload(const std::string& text, const std::string& file);
+
+/// Checks a workload is complete: a rate above 0 unless burst, a stop (duration or requests),
+/// burst with a request count. Throws InputError.
+void validate_workload(const Workload& w);
+
+/// Generates a workload's requests lazily, in arrival order. Arrival times, prompt lengths,
+/// output lengths and prefixes draw from separate streams of the seed, so changing one
+/// distribution leaves the others' samples as they were.
+class SyntheticSource : public RequestSource {
+public:
+  explicit SyntheticSource(const Workload& workload);
+  std::optional<Request> next() override;
+
+private:
+  Workload m_workload;
+  Rng m_arrivals;
+  Rng m_prompts;
+  Rng m_outputs;
+  Rng m_prefixes;
+  u64 m_emitted = 0;
+  double m_clock = 0;
+};
+
+/// Requests from a list (tests, small traces held in memory).
+class ListSource : public RequestSource {
+public:
+  explicit ListSource(std::vector<Request> requests) : m_requests(std::move(requests)) {}
+  std::optional<Request> next() override {
+    if (m_next >= m_requests.size()) {
+      return std::nullopt;
+    }
+    return m_requests[m_next++];
+  }
+
+private:
+  std::vector<Request> m_requests;
+  std::size_t m_next = 0;
+};
+
+} // namespace kvcalc

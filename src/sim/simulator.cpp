@@ -1,0 +1,490 @@
+#include <kvcalc/sim/simulator.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <unordered_map>
+
+#include <kvcalc/core/spell.hpp>
+#include <kvcalc/core/units.hpp>
+
+namespace kvcalc {
+
+std::string_view preemption_name(Preemption p) {
+  return p == Preemption::recompute ? "recompute" : "swap";
+}
+
+Preemption parse_preemption(std::string_view text) {
+  if (text == "recompute") {
+    return Preemption::recompute;
+  }
+  if (text == "swap") {
+    return Preemption::swap;
+  }
+  static const std::vector<std::string> names{"recompute", "swap"};
+  throw InputError("unknown preemption mode '" + std::string(text) + "'" +
+                   did_you_mean(text, names) + " (one of: recompute, swap)");
+}
+
+SimConfig instance_config(const CapacityRequest& request, const CapacityResult& capacity,
+                          const DeviceRates& rates, MlaMode mla) {
+  const Model& m = request.model;
+  if (!capacity.fits) {
+    throw InputError(m.name + " does not fit on " + group_digits(capacity.parallel.gpus) + " × " +
+                     capacity.gpu + " (tp " + group_digits(capacity.parallel.tp) +
+                     "): " + capacity.reason);
+  }
+  if (capacity.replicas > 1) {
+    throw InputError(
+        "simulate runs one serving instance: --gpus " + group_digits(capacity.parallel.gpus) +
+        " holds " + group_digits(capacity.replicas) +
+        " copies of tp × pp = " + group_digits(capacity.parallel.tp * capacity.parallel.pp) +
+        "; give --gpus equal to tp × pp (and divide the rate among the copies)");
+  }
+  SimConfig c;
+  c.step.model = m;
+  c.step.gpu = request.gpu;
+  c.step.rates = rates;
+  c.step.cache = request.cache;
+  c.step.weight_dtype = request.weight_dtype;
+  c.step.parallel = capacity.parallel;
+  c.step.mla = mla;
+  c.block_size = capacity.block_size == 0 ? 1 : capacity.block_size;
+  // The engine's token capacity of one pool, in whole blocks (vLLM: per KV-cache group).
+  u64 per_pool = capacity.kv_tokens / c.block_size;
+  if (per_pool == 0) {
+    throw InputError(m.name + " on " + capacity.gpu + ": the KV pool holds no whole block of " +
+                     group_digits(c.block_size) + " tokens");
+  }
+  c.sequence_blocks_limit = per_pool;
+  c.pool_blocks = checked_mul(per_pool, capacity.kv_pools);
+  c.max_batched_tokens = capacity.max_batched_tokens;
+  c.max_seqs = capacity.max_seqs;
+  c.max_context = m.max_context;
+  c.kv_bytes_per_token = static_cast<double>(capacity.kv_bytes_per_token_per_gpu);
+  return c;
+}
+
+namespace {
+
+/// A request inside the instance.
+struct Seq {
+  Request req;
+  u64 computed = 0;         ///< tokens in the KV cache
+  u64 generated = 0;        ///< output tokens sampled so far
+  u64 high = 0;             ///< most tokens it ever had computed (recompute counts below this)
+  u64 blocks = 0;           ///< blocks this sequence holds alone
+  u64 shared_blocks = 0;    ///< blocks of a shared prefix it reads
+  bool owns_prefix = false; ///< computing a prefix others will share (not yet complete)
+  bool holds_ref = false;   ///< counted among a ready prefix's holders
+  bool swapped = false;     ///< its KV is in host memory
+  double admitted_s = -1;   ///< first scheduled
+  double first_token_s = -1;
+
+  [[nodiscard]] u64 known() const { return req.prompt_tokens + generated; }
+};
+
+/// Blocks of a shared prefix, alive while any holder runs.
+struct PrefixEntry {
+  u64 blocks = 0;
+  u64 refs = 0;
+  bool ready = false; ///< computed: later requests may share it
+};
+
+class Instance {
+public:
+  Instance(const SimConfig& config, RequestSource& source,
+           const std::function<void(const StepRecord&)>& on_step)
+      : m_c(config), m_cost(config.step), m_source(source), m_on_step(on_step),
+        m_free(config.pool_blocks), m_stages(static_cast<double>(config.step.parallel.pp)) {
+    if (m_c.pool_blocks == 0 || m_c.block_size == 0 || m_c.max_batched_tokens == 0 ||
+        m_c.max_seqs == 0 || m_c.sequence_blocks_limit == 0) {
+      throw InputError("the simulated instance needs a KV pool of at least one block, a token "
+                       "budget and a sequence limit of at least 1");
+    }
+    if (m_c.preemption == Preemption::swap && !(m_c.swap_bytes_per_s > 0)) {
+      throw InputError("--swap-bandwidth must be above 0");
+    }
+    m_r.pool_blocks = m_c.pool_blocks;
+    m_r.block_size = m_c.block_size;
+    m_next = m_source.next();
+    if (m_next) {
+      m_r.first_arrival_s = m_next->arrival_s;
+    }
+  }
+
+  SimResult run() {
+    double now = m_next ? m_next->arrival_s : 0;
+    while (true) {
+      pull(now);
+      if (m_running.empty() && m_waiting.empty()) {
+        if (!m_next) {
+          break;
+        }
+        now = std::max(now, m_next->arrival_s);
+        continue;
+      }
+      now = step(now);
+    }
+    finish(now);
+    return std::move(m_r);
+  }
+
+private:
+  [[nodiscard]] u64 blocks_for(u64 tokens) const {
+    return (tokens + m_c.block_size - 1) / m_c.block_size;
+  }
+
+  /// New arrivals up to `now` join the queue, or are rejected when they can never run.
+  void pull(double now) {
+    while (m_next && m_next->arrival_s <= now) {
+      Request r = *m_next;
+      m_next = m_source.next();
+      ++m_r.requests_arrived;
+      u64 total = checked_add(r.prompt_tokens, r.output_tokens);
+      if (m_c.max_context > 0 && total > m_c.max_context) {
+        ++m_r.requests_rejected;
+        ++m_r.rejected_context;
+        continue;
+      }
+      // The last output token is sampled, never stored.
+      if (blocks_for(total - 1) > m_c.sequence_blocks_limit) {
+        ++m_r.requests_rejected;
+        ++m_r.rejected_pool;
+        continue;
+      }
+      Seq s;
+      s.req = r;
+      m_waiting.push_back(s);
+    }
+  }
+
+  void allocate(Seq& s, u64 blocks) {
+    m_free -= blocks;
+    s.blocks += blocks;
+  }
+
+  /// Blocks `s` still needs to hold `tokens` tokens.
+  [[nodiscard]] u64 shortfall(const Seq& s, u64 tokens) const {
+    u64 need = blocks_for(tokens);
+    u64 held = s.blocks + s.shared_blocks;
+    return need > held ? need - held : 0;
+  }
+
+  /// Gives back everything `s` holds; its prefix stays while other holders run.
+  void release(Seq& s) {
+    m_free += s.blocks;
+    m_stored -= s.computed - s.shared_blocks * m_c.block_size;
+    if (s.holds_ref || s.owns_prefix) {
+      auto it = m_prefixes.find(s.req.prefix_id);
+      if (s.holds_ref && --it->second.refs == 0) {
+        m_free += it->second.blocks;
+        m_stored -= it->second.blocks * m_c.block_size;
+        m_prefixes.erase(it);
+      } else if (s.owns_prefix) {
+        m_prefixes.erase(it);
+      }
+    }
+    s.blocks = 0;
+    s.shared_blocks = 0;
+    s.holds_ref = false;
+    s.owns_prefix = false;
+  }
+
+  /// Preempts the latest-arrived running sequence (the back of the running list).
+  void preempt_back() {
+    Seq victim = std::move(m_running.back());
+    m_running.pop_back();
+    if (m_c.preemption == Preemption::swap) {
+      m_step_swap_s += swap_time(victim.computed);
+      release(victim);
+      victim.swapped = true;
+    } else {
+      release(victim);
+      victim.computed = 0;
+    }
+    ++m_r.preemptions;
+    m_preempted_now = true;
+    m_waiting.push_front(std::move(victim));
+  }
+
+  [[nodiscard]] double swap_time(u64 tokens) const {
+    double bytes =
+        static_cast<double>(blocks_for(tokens) * m_c.block_size) * m_c.kv_bytes_per_token;
+    return bytes / m_c.swap_bytes_per_s;
+  }
+
+  /// Tries to share a ready prefix (or to start one) for a sequence about to be admitted.
+  void attach_prefix(Seq& s) {
+    if (!m_c.prefix_sharing || s.req.prefix_id == 0 || s.computed != 0) {
+      return;
+    }
+    // Whole blocks only, and at least one token left to compute.
+    u64 shareable = std::min(s.req.prefix_tokens, s.known() - 1) / m_c.block_size;
+    if (shareable == 0) {
+      return;
+    }
+    auto it = m_prefixes.find(s.req.prefix_id);
+    if (it == m_prefixes.end()) {
+      m_prefixes.emplace(s.req.prefix_id, PrefixEntry{shareable, 0, false});
+      s.owns_prefix = true;
+      return;
+    }
+    if (!it->second.ready) {
+      return; // still being computed by its first holder: compute it alone
+    }
+    u64 k = std::min(shareable, it->second.blocks);
+    ++it->second.refs;
+    s.holds_ref = true;
+    s.shared_blocks = k;
+    s.computed = k * m_c.block_size;
+  }
+
+  void detach_prefix(Seq& s) {
+    if (s.owns_prefix) {
+      m_prefixes.erase(s.req.prefix_id);
+    } else if (s.holds_ref) {
+      --m_prefixes.find(s.req.prefix_id)->second.refs; // others hold it: it stays
+    }
+    s.owns_prefix = false;
+    s.holds_ref = false;
+    s.shared_blocks = 0;
+    s.computed = 0;
+  }
+
+  /// Records `n` new tokens of `s` in this step's load and in the cache.
+  void schedule(Seq& s, u64 n) {
+    Phase phase = s.generated > 0 && s.known() - s.computed == 1 ? Phase::decode
+                  : s.computed == 0                              ? Phase::prefill
+                                                                 : Phase::extend;
+    m_cost.add(m_load, phase, n, s.computed, 1, m_cost.attention_share());
+    (phase == Phase::decode ? m_decode_tokens : m_prefill_tokens) += n;
+    if (s.computed < s.high) {
+      m_r.recomputed_tokens += std::min(n, s.high - s.computed);
+    }
+    s.computed += n;
+    s.high = std::max(s.high, s.computed);
+    m_stored += n;
+    m_r.computed_tokens += n;
+    if (s.owns_prefix) {
+      auto it = m_prefixes.find(s.req.prefix_id);
+      PrefixEntry& e = it->second;
+      if (s.computed >= e.blocks * m_c.block_size) {
+        // The prefix is complete: its blocks pass from this sequence to the shared entry.
+        e.ready = true;
+        e.refs = 1;
+        s.blocks -= e.blocks;
+        s.shared_blocks = e.blocks;
+        s.owns_prefix = false;
+        s.holds_ref = true;
+      }
+    }
+  }
+
+  double step(double now) {
+    u64 budget = m_c.max_batched_tokens;
+    m_load = StepLoad{};
+    m_step_swap_s = 0;
+    m_preempted_now = false;
+    m_decode_tokens = 0;
+    m_prefill_tokens = 0;
+    m_scheduled.clear();
+
+    // Running sequences first, oldest first: one token for a decode, a chunk for a prompt.
+    for (std::size_t i = 0; i < m_running.size() && budget > 0; ++i) {
+      Seq& s = m_running[i];
+      u64 n = std::min(s.known() - s.computed, budget);
+      u64 need = shortfall(s, s.computed + n);
+      bool self_preempted = false;
+      while (need > m_free) {
+        if (i + 1 == m_running.size()) {
+          preempt_back(); // the sequence itself: nothing later is left to take from
+          self_preempted = true;
+          break;
+        }
+        preempt_back();
+      }
+      if (self_preempted) {
+        break;
+      }
+      allocate(m_running[i], need);
+      schedule(m_running[i], n);
+      m_scheduled.push_back(i);
+      budget -= n;
+    }
+
+    // Then waiting requests in arrival order, unless this step preempted (vLLM v1).
+    while (!m_preempted_now && !m_waiting.empty() && budget > 0 &&
+           m_running.size() < m_c.max_seqs) {
+      Seq& s = m_waiting.front();
+      attach_prefix(s);
+      u64 n = std::min(s.known() - s.computed, budget);
+      u64 need = shortfall(s, s.computed + n);
+      if (need > m_free) {
+        if (!s.swapped) {
+          detach_prefix(s);
+        }
+        break;
+      }
+      if (s.swapped) {
+        m_step_swap_s += swap_time(s.computed);
+        m_stored += s.computed;
+        s.swapped = false;
+      } else if (s.computed > 0) {
+        m_r.prefix_hit_tokens += s.computed;
+      }
+      if (s.admitted_s < 0) {
+        s.admitted_s = now;
+        m_queue.add(now - s.req.arrival_s);
+      }
+      m_running.push_back(std::move(s));
+      m_waiting.pop_front();
+      Seq& r = m_running.back();
+      allocate(r, need);
+      schedule(r, n);
+      m_scheduled.push_back(m_running.size() - 1);
+      budget -= n;
+    }
+    if (m_scheduled.empty()) {
+      throw Error("internal error: the simulator's scheduler made no progress");
+    }
+
+    double duration = m_stages * m_cost.time_s(m_load) + m_step_swap_s;
+    double end = now + duration;
+    u64 running_during = m_running.size();
+    u64 used = m_c.pool_blocks - m_free;
+    if (used > m_c.pool_blocks) {
+      throw Error("internal error: the simulator over-committed the KV pool");
+    }
+
+    // Tokens sampled at the end of the step; finished sequences leave.
+    u64 outputs = 0;
+    for (std::size_t i : m_scheduled) {
+      Seq& s = m_running[i];
+      if (s.computed != s.known()) {
+        continue; // a prompt chunk short of the end
+      }
+      ++s.generated;
+      ++outputs;
+      if (s.generated == 1) {
+        s.first_token_s = end;
+      }
+      if (s.generated == s.req.output_tokens) {
+        complete(s, end);
+      }
+    }
+    if (m_finished_now > 0) {
+      std::erase_if(m_running, [](const Seq& s) { return s.generated == s.req.output_tokens; });
+      m_finished_now = 0;
+    }
+
+    // Statistics of the step.
+    ++m_r.steps;
+    m_r.busy_s += duration;
+    m_r.swap_s += m_step_swap_s;
+    double occupancy = static_cast<double>(used) / static_cast<double>(m_c.pool_blocks);
+    m_r.kv_peak_blocks = std::max(m_r.kv_peak_blocks, used);
+    m_occupancy_time += occupancy * duration;
+    double slots = static_cast<double>(used * m_c.block_size);
+    if (slots > 0) {
+      m_fragmentation_time += (slots - static_cast<double>(m_stored)) / slots * duration;
+      m_holding_time += duration;
+    }
+    m_r.peak_running = std::max(m_r.peak_running, running_during);
+    m_running_time += static_cast<double>(running_during) * duration;
+    u64 tokens = m_decode_tokens + m_prefill_tokens;
+    m_timeline.add(now - m_r.first_arrival_s, duration, occupancy,
+                   static_cast<double>(running_during), static_cast<double>(tokens),
+                   static_cast<double>(outputs));
+    if (m_on_step) {
+      StepRecord rec;
+      rec.step = m_r.steps;
+      rec.start_s = now;
+      rec.duration_s = duration;
+      rec.running = running_during;
+      rec.waiting = m_waiting.size();
+      rec.decode_tokens = m_decode_tokens;
+      rec.prefill_tokens = m_prefill_tokens;
+      rec.blocks_used = used;
+      rec.kv_occupancy = occupancy;
+      rec.preemptions = m_r.preemptions;
+      rec.completed = m_r.requests_completed;
+      m_on_step(rec);
+    }
+    return end;
+  }
+
+  void complete(Seq& s, double end) {
+    ++m_finished_now;
+    ++m_r.requests_completed;
+    m_r.input_tokens += s.req.prompt_tokens;
+    m_r.output_tokens += s.req.output_tokens;
+    m_ttft.add(s.first_token_s - s.req.arrival_s);
+    m_e2e.add(end - s.req.arrival_s);
+    if (s.req.output_tokens > 1) {
+      m_tpot.add((end - s.first_token_s) / static_cast<double>(s.req.output_tokens - 1));
+    }
+    release(s);
+  }
+
+  void finish(double end) {
+    m_r.end_s = end;
+    m_r.makespan_s = std::max(0.0, end - m_r.first_arrival_s);
+    if (m_r.makespan_s > 0) {
+      m_r.input_tokens_per_s = static_cast<double>(m_r.input_tokens) / m_r.makespan_s;
+      m_r.output_tokens_per_s = static_cast<double>(m_r.output_tokens) / m_r.makespan_s;
+      m_r.total_tokens_per_s = m_r.input_tokens_per_s + m_r.output_tokens_per_s;
+      m_r.kv_mean = m_occupancy_time / m_r.makespan_s;
+    }
+    m_r.kv_peak = static_cast<double>(m_r.kv_peak_blocks) / static_cast<double>(m_c.pool_blocks);
+    m_r.fragmentation = m_holding_time > 0 ? m_fragmentation_time / m_holding_time : 0;
+    m_r.mean_running = m_r.busy_s > 0 ? m_running_time / m_r.busy_s : 0;
+    m_r.mean_step_tokens =
+        m_r.steps > 0 ? static_cast<double>(m_r.computed_tokens) / static_cast<double>(m_r.steps)
+                      : 0;
+    m_r.ttft = m_ttft.summary();
+    m_r.tpot = m_tpot.summary();
+    m_r.e2e = m_e2e.summary();
+    m_r.queue = m_queue.summary();
+    m_r.timeline = m_timeline.points(m_r.makespan_s);
+  }
+
+  const SimConfig& m_c;
+  StepCost m_cost;
+  RequestSource& m_source;
+  const std::function<void(const StepRecord&)>& m_on_step;
+  std::optional<Request> m_next;
+  std::vector<Seq> m_running; ///< in arrival order: the back is the preemption victim
+  std::deque<Seq> m_waiting;  ///< in arrival order: preempted sequences return to the front
+  std::unordered_map<u64, PrefixEntry> m_prefixes;
+  std::vector<std::size_t> m_scheduled;
+  u64 m_free = 0;
+  u64 m_stored = 0; ///< tokens in allocated blocks, shared prefixes counted once
+  double m_stages = 1;
+  StepLoad m_load;
+  double m_step_swap_s = 0;
+  bool m_preempted_now = false;
+  u64 m_decode_tokens = 0;
+  u64 m_prefill_tokens = 0;
+  u64 m_finished_now = 0;
+  double m_occupancy_time = 0;
+  double m_fragmentation_time = 0;
+  double m_holding_time = 0;
+  double m_running_time = 0;
+  LatencyHistogram m_ttft;
+  LatencyHistogram m_tpot;
+  LatencyHistogram m_e2e;
+  LatencyHistogram m_queue;
+  TimeSeries m_timeline;
+  SimResult m_r;
+};
+
+} // namespace
+
+SimResult simulate(const SimConfig& config, RequestSource& source,
+                   const std::function<void(const StepRecord&)>& on_step) {
+  Instance instance(config, source, on_step);
+  return instance.run();
+}
+
+} // namespace kvcalc

@@ -1,0 +1,493 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include <kvcalc/model/registry.hpp>
+#include <kvcalc/sim/simulator.hpp>
+#include <kvcalc/sim/trace.hpp>
+
+using namespace kvcalc;
+
+namespace {
+
+const Gpu& catalog_gpu(const char* name) {
+  static const GpuCatalog catalog;
+  return catalog.find(name);
+}
+
+CapacityRequest capacity_request(const char* model, const char* gpu, u64 tp) {
+  CapacityRequest q;
+  q.model = *find_builtin_model(model);
+  q.gpu = catalog_gpu(gpu);
+  q.parallel.tp = tp;
+  q.engine.engine = Engine::vllm;
+  return q;
+}
+
+SimConfig config(const char* model, const char* gpu, u64 tp) {
+  CapacityRequest q = capacity_request(model, gpu, tp);
+  return instance_config(q, compute_capacity(q), device_rates(q.gpu), MlaMode::automatic);
+}
+
+std::vector<Request> burst(u64 n, u64 prompt, u64 output) {
+  std::vector<Request> out;
+  for (u64 i = 0; i < n; ++i) {
+    out.push_back({0.0, prompt, output, 0, 0});
+  }
+  return out;
+}
+
+/// Requests of random lengths arriving over a few seconds (the same for a given seed).
+std::vector<Request> mixed(u64 n, u64 seed, u64 max_prompt, u64 max_output) {
+  Rng rng(seed);
+  std::vector<Request> out;
+  double t = 0;
+  for (u64 i = 0; i < n; ++i) {
+    t += rng.exponential(50);
+    auto prompt = 1 + static_cast<u64>(rng.uniform() * static_cast<double>(max_prompt));
+    auto output = 1 + static_cast<u64>(rng.uniform() * static_cast<double>(max_output));
+    out.push_back({t, prompt, output, 0, 0});
+  }
+  return out;
+}
+
+SimResult run(const SimConfig& c, std::vector<Request> requests,
+              const std::function<void(const StepRecord&)>& on_step = {}) {
+  ListSource source(std::move(requests));
+  return simulate(c, source, on_step);
+}
+
+u64 sum_stored(const std::vector<Request>& rs) {
+  u64 total = 0;
+  for (const auto& r : rs) {
+    total += r.prompt_tokens + r.output_tokens - 1;
+  }
+  return total;
+}
+
+} // namespace
+
+// One request alone: its prompt in one step (2,000 ≤ the 8,192-token budget), then one decode
+// step per further token, each at its own context. TTFT is the prefill step; E2E adds the
+// decode steps at contexts 2,001 … 2,000 + 9; TPOT is their mean.
+TEST_CASE("one request: TTFT and E2E are the roofline's step times", "[sim]") {
+  SimConfig c = config("llama-3.1-8b", "h100-sxm", 1);
+  StepCost cost(c.step);
+  StepLoad prefill;
+  cost.add(prefill, Phase::prefill, 2000, 0, 1, 1);
+  double ttft = cost.time_s(prefill);
+  double decode = 0;
+  for (u64 k = 0; k < 9; ++k) {
+    StepLoad step;
+    cost.add(step, Phase::decode, 1, 2000 + k, 1, 1);
+    decode += cost.time_s(step);
+  }
+  SimResult r = run(c, {{0.5, 2000, 10, 0, 0}});
+  CHECK(r.requests_completed == 1);
+  CHECK(r.steps == 10);
+  CHECK(r.ttft.mean == Approx(ttft).epsilon(1e-12));
+  CHECK(r.ttft.p50 == Approx(ttft).epsilon(1e-12));
+  CHECK(r.ttft.p99 == Approx(ttft).epsilon(1e-12));
+  CHECK(r.e2e.mean == Approx(ttft + decode).epsilon(1e-12));
+  CHECK(r.tpot.mean == Approx(decode / 9).epsilon(1e-12));
+  CHECK(r.queue.mean == 0);
+  CHECK(r.first_arrival_s == 0.5);
+  CHECK(r.makespan_s == Approx(ttft + decode).epsilon(1e-12));
+  CHECK(r.input_tokens == 2000);
+  CHECK(r.output_tokens == 10);
+  CHECK(r.output_tokens_per_s == Approx(10 / (ttft + decode)).epsilon(1e-12));
+}
+
+TEST_CASE("a uniform decode step costs what compute_roofline gives", "[sim]") {
+  // 64 prompts of 1,000 tokens prefilled in one step (the budget holds all 64,000), then every
+  // step decodes all 64 at one context: the second step attends 1,000 cached tokens + itself.
+  SimConfig c = config("deepseek-v3", "h200", 8);
+  c.max_batched_tokens = 64000;
+  std::vector<StepRecord> steps;
+  SimResult r = run(c, burst(64, 1000, 3), [&](const StepRecord& s) { steps.push_back(s); });
+  REQUIRE(r.requests_completed == 64);
+  REQUIRE(steps.size() == 3);
+  CHECK(steps[0].prefill_tokens == 64000);
+  REQUIRE(steps[1].decode_tokens == 64);
+  REQUIRE(steps[1].prefill_tokens == 0);
+  RooflineRequest q = c.step;
+  q.phase = Phase::decode;
+  q.batch = 64;
+  q.context = 1001;
+  CHECK(steps[1].duration_s == Approx(compute_roofline(q).time_s).epsilon(1e-9));
+  q.context = 1002;
+  CHECK(steps[2].duration_s == Approx(compute_roofline(q).time_s).epsilon(1e-9));
+}
+
+TEST_CASE("every request that fits finishes; tokens are conserved", "[sim][invariants]") {
+  SimConfig c = config("llama-3.1-8b", "h100-sxm", 1);
+  c.pool_blocks = 200; // 3,200 tokens: far fewer than the requests want at once
+  c.sequence_blocks_limit = 200;
+  auto requests = mixed(300, 7, 1500, 600);
+  u64 pool_max = 0;
+  double occupancy_max = 0;
+  SimResult r = run(c, requests, [&](const StepRecord& s) {
+    pool_max = std::max(pool_max, s.blocks_used);
+    occupancy_max = std::max(occupancy_max, s.kv_occupancy);
+  });
+  CHECK(occupancy_max <= 1.0);
+  CHECK(r.requests_arrived == 300);
+  CHECK(r.requests_rejected == 0);
+  CHECK(r.requests_completed == 300);
+  CHECK(r.preemptions > 0);
+  CHECK(r.recomputed_tokens > 0);
+  CHECK(pool_max <= c.pool_blocks);
+  CHECK(r.kv_peak <= 1.0);
+  u64 outputs = 0;
+  u64 inputs = 0;
+  for (const auto& q : requests) {
+    outputs += q.output_tokens;
+    inputs += q.prompt_tokens;
+  }
+  CHECK(r.output_tokens == outputs);
+  CHECK(r.input_tokens == inputs);
+  // Each token stored once, plus what preemption threw away and computed again.
+  CHECK(r.computed_tokens == sum_stored(requests) + r.recomputed_tokens);
+  CHECK(r.fragmentation >= 0);
+  CHECK(r.fragmentation < 1);
+}
+
+TEST_CASE("swap preemption keeps the computed tokens", "[sim][invariants]") {
+  SimConfig c = config("llama-3.1-8b", "h100-sxm", 1);
+  c.pool_blocks = 200;
+  c.sequence_blocks_limit = 200;
+  c.preemption = Preemption::swap;
+  auto requests = mixed(200, 11, 1500, 600);
+  SimResult r = run(c, requests);
+  CHECK(r.requests_completed == 200);
+  CHECK(r.preemptions > 0);
+  CHECK(r.recomputed_tokens == 0);
+  CHECK(r.computed_tokens == sum_stored(requests));
+  CHECK(r.swap_s > 0);
+}
+
+TEST_CASE("a request larger than the pool is rejected with its reason", "[sim][invariants]") {
+  SimConfig c = config("llama-3.1-8b", "h100-sxm", 1);
+  c.pool_blocks = 100; // 1,600 tokens
+  c.sequence_blocks_limit = 100;
+  // 1,500 + 101 − 1 = 1,600 tokens stored: fits exactly; one more does not.
+  SimResult r = run(c, {{0, 1500, 101, 0, 0}, {0, 1500, 102, 0, 0}, {0, 200000, 10, 0, 0}});
+  CHECK(r.requests_completed == 1);
+  CHECK(r.requests_rejected == 2);
+  CHECK(r.rejected_pool == 1);
+  CHECK(r.rejected_context == 1); // past Llama-3.1's 131,072-token max_context
+}
+
+TEST_CASE("the same seed gives the same run", "[sim][invariants]") {
+  SimConfig c = config("deepseek-v3", "h200", 8);
+  Workload w;
+  w.seed = 3;
+  w.rate = 20;
+  w.requests = 400;
+  w.prompt = parse_length_distribution("lognormal:1500,0.8", "prompt");
+  w.output = parse_length_distribution("uniform:50,400", "output");
+  w.prefix = {0.5, 3, 256};
+  auto once = [&](u64 seed) {
+    Workload x = w;
+    x.seed = seed;
+    SyntheticSource s(x);
+    return simulate(c, s);
+  };
+  SimResult a = once(3);
+  SimResult b = once(3);
+  SimResult other = once(4);
+  CHECK(a.steps == b.steps);
+  CHECK(a.end_s == b.end_s);
+  CHECK(a.ttft.p99 == b.ttft.p99);
+  CHECK(a.computed_tokens == b.computed_tokens);
+  CHECK(a.prefix_hit_tokens == b.prefix_hit_tokens);
+  CHECK(a.end_s != other.end_s);
+}
+
+TEST_CASE("output throughput never exceeds the roofline's decode bound", "[sim][invariants]") {
+  // Decode tokens/s rises with the batch and falls with the context, so a uniform decode batch
+  // of the peak concurrency at the shortest context bounds every step of the run.
+  SimConfig c = config("llama-3.1-70b", "h200", 4);
+  SimResult r = run(c, burst(300, 512, 256));
+  REQUIRE(r.requests_completed == 300);
+  RooflineRequest q = c.step;
+  q.phase = Phase::decode;
+  q.batch = r.peak_running;
+  q.context = 512;
+  double bound = compute_roofline(q).tokens_per_s;
+  CHECK(r.output_tokens_per_s > 0.3 * bound); // and it is not far below it
+  CHECK(r.output_tokens_per_s <= bound);
+}
+
+TEST_CASE("requests sharing a prefix skip its prefill after the first", "[sim][prefix]") {
+  SimConfig c = config("llama-3.1-8b", "h100-sxm", 1);
+  std::vector<Request> requests;
+  for (int i = 0; i < 10; ++i) {
+    // 1,000 prefix tokens of 1,200: 62 whole blocks of 16 = 992 shared tokens.
+    requests.push_back({0.1 * i, 1200, 50, 1, 1000});
+  }
+  SimResult shared = run(c, requests);
+  CHECK(shared.requests_completed == 10);
+  CHECK(shared.prefix_hit_tokens == 9 * 992);
+  CHECK(shared.computed_tokens == sum_stored(requests) - 9 * 992);
+  c.prefix_sharing = false;
+  SimResult alone = run(c, requests);
+  CHECK(alone.prefix_hit_tokens == 0);
+  CHECK(alone.computed_tokens == sum_stored(requests));
+  CHECK(shared.ttft.mean < alone.ttft.mean);
+}
+
+TEST_CASE("instance_config: the engine's pool, and clear refusals", "[sim]") {
+  CapacityRequest q = capacity_request("deepseek-v3", "h200", 8);
+  CapacityResult cap = compute_capacity(q);
+  SimConfig c = instance_config(q, cap, device_rates(q.gpu), MlaMode::automatic);
+  CHECK(c.block_size == 64); // vLLM's FlashMLA block on Hopper
+  CHECK(c.pool_blocks == cap.num_blocks);
+  CHECK(c.max_batched_tokens == 8192);
+  CHECK(c.max_seqs == 1024);
+
+  q.parallel.dp_attention = true;
+  CapacityResult dp = compute_capacity(q);
+  SimConfig cd = instance_config(q, dp, device_rates(q.gpu), MlaMode::automatic);
+  CHECK(cd.pool_blocks == 8 * cd.sequence_blocks_limit);
+
+  CapacityRequest one = capacity_request("deepseek-v3", "h200", 1);
+  CHECK_THROWS_WITH(
+      instance_config(one, compute_capacity(one), device_rates(one.gpu), MlaMode::automatic),
+      Catch::Contains("does not fit on 1 × h200"));
+  q.parallel = {16, 8, 1, 0, 1, false};
+  CHECK_THROWS_WITH(
+      instance_config(q, compute_capacity(q), device_rates(q.gpu), MlaMode::automatic),
+      Catch::Contains("one serving instance"));
+}
+
+TEST_CASE("random numbers and distributions are fixed by the seed", "[sim][workload]") {
+  Rng a(42);
+  Rng b(42);
+  for (int i = 0; i < 100; ++i) {
+    CHECK(a.uniform() == b.uniform());
+  }
+  // std::mt19937_64's 10,000th output from the default seed is fixed by the standard.
+  std::mt19937_64 e;
+  e.discard(9999);
+  CHECK(e() == 9981545732273789042ULL);
+
+  Rng rng(1);
+  auto fixed = parse_length_distribution("512", "--prompt");
+  CHECK(fixed.sample(rng) == 512);
+  auto uniform = parse_length_distribution("uniform:10,20", "--prompt");
+  auto logn = parse_length_distribution("lognormal:2000,0.8", "--prompt");
+  auto normal = parse_length_distribution("normal:300,50", "--prompt");
+  auto cdf = parse_length_distribution("cdf:100=0.5,300=1", "--prompt");
+  double sum_u = 0;
+  double sum_l = 0;
+  double sum_n = 0;
+  double sum_c = 0;
+  const int n = 100000;
+  int out_of_range = 0;
+  for (int i = 0; i < n; ++i) {
+    u64 u = uniform.sample(rng);
+    out_of_range += u < 10 || u > 20;
+    sum_u += static_cast<double>(u);
+    sum_l += static_cast<double>(logn.sample(rng));
+    sum_n += static_cast<double>(normal.sample(rng));
+    u64 c = cdf.sample(rng);
+    out_of_range += c < 100 || c > 300;
+    sum_c += static_cast<double>(c);
+  }
+  CHECK(out_of_range == 0);
+  CHECK(sum_u / n == Approx(15).epsilon(0.01));
+  CHECK(sum_l / n == Approx(2000).epsilon(0.02));
+  CHECK(sum_n / n == Approx(300).epsilon(0.01));
+  // Half at 100, half spread evenly over 100–300: 0.5·100 + 0.5·200 = 150.
+  CHECK(sum_c / n == Approx(150).epsilon(0.01));
+  CHECK(cdf.mean() == Approx(150));
+  CHECK(describe(logn) == "lognormal:2000,0.8");
+}
+
+TEST_CASE("bad length distributions are refused with the fix", "[sim][workload]") {
+  CHECK_THROWS_WITH(parse_length_distribution("lognormel:2000,0.8", "--prompt"),
+                    Catch::Contains("did you mean 'lognormal'"));
+  CHECK_THROWS_WITH(parse_length_distribution("uniform:800,100", "--output"),
+                    Catch::Contains("LOW ≤ HIGH"));
+  CHECK_THROWS_WITH(parse_length_distribution("uniform:100", "--output"),
+                    Catch::Contains("two numbers"));
+  CHECK_THROWS_WITH(parse_length_distribution("cdf:100=0.5,300=0.9", "--output"),
+                    Catch::Contains("last point's probability must be 1"));
+  CHECK_THROWS_WITH(parse_length_distribution("-5", "--output"),
+                    Catch::Contains("cannot be negative"));
+}
+
+TEST_CASE("synthetic arrivals: poisson, constant and burst", "[sim][workload]") {
+  Workload w;
+  w.prompt = parse_length_distribution("100", "p");
+  w.output = parse_length_distribution("10", "o");
+  w.arrival = ArrivalProcess::constant;
+  w.rate = 4;
+  w.duration_s = 2.0;
+  SyntheticSource constant(w);
+  std::vector<double> times;
+  while (auto r = constant.next()) {
+    times.push_back(r->arrival_s);
+  }
+  CHECK(times == std::vector<double>{0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75});
+
+  w.arrival = ArrivalProcess::poisson;
+  w.rate = 100;
+  w.duration_s = 100.0;
+  SyntheticSource poisson(w);
+  u64 count = 0;
+  double last = 0;
+  bool ordered = true;
+  while (auto r = poisson.next()) {
+    ordered = ordered && r->arrival_s >= last;
+    last = r->arrival_s;
+    ++count;
+  }
+  CHECK(ordered);
+  CHECK(static_cast<double>(count) == Approx(10000).epsilon(0.03));
+
+  w.arrival = ArrivalProcess::burst;
+  w.duration_s.reset();
+  CHECK_THROWS_WITH(SyntheticSource(w), Catch::Contains("a burst needs a request count"));
+  w.requests = 3;
+  SyntheticSource b(w);
+  CHECK(b.next()->arrival_s == 0);
+}
+
+TEST_CASE("the workload YAML: every field, and located errors", "[sim][workload]") {
+  Workload w = parse_workload(R"(name: chat
+seed: 9
+arrival: constant
+rate: 2.5
+requests: 10
+prompt: lognormal:1000,0.5
+output:
+  distribution: cdf
+  points: [[50, 0.5], [400, 1]]
+prefix: {fraction: 0.25, count: 2, tokens: 128}
+)",
+                              "chat.yaml");
+  CHECK(w.name == "chat");
+  CHECK(w.seed == 9);
+  CHECK(w.arrival == ArrivalProcess::constant);
+  CHECK(w.rate == 2.5);
+  CHECK(w.requests == 10u);
+  CHECK(w.prompt.kind == LengthKind::lognormal);
+  CHECK(w.output.cdf.size() == 2);
+  CHECK(w.prefix.tokens == 128);
+
+  CHECK_THROWS_WITH(parse_workload("rate: 5\nduraton: 60\nprompt: 10\noutput: 5\n", "w.yaml"),
+                    Catch::Equals("w.yaml:2:1: unknown key 'duraton'; did you mean 'duration'?"));
+  CHECK_THROWS_WITH(
+      parse_workload("rate: 5\nduration: 60\nprompt: lognormal:1000\noutput: 5\n", "w.yaml"),
+      Catch::StartsWith("w.yaml:3:9: invalid prompt"));
+  CHECK_THROWS_WITH(parse_workload("rate: 5\nduration: 60\nprompt:\n  distribution: normal\n"
+                                   "  mean: 100\noutput: 5\n",
+                                   "w.yaml"),
+                    Catch::Contains("w.yaml:4:3: missing required key 'std'"));
+  CHECK_THROWS_WITH(parse_workload("rate: 5\nprompt: 10\noutput: 5\n", "w.yaml"),
+                    Catch::Contains("give a duration"));
+  CHECK_THROWS_WITH(parse_workload("rate: 5\nduration: 1\noutput: 5\n", "w.yaml"),
+                    Catch::Contains("missing required key 'prompt'"));
+  CHECK_THROWS_WITH(
+      parse_workload("arrival: poison\nrate: 5\nduration: 1\nprompt: 1\noutput: 5\n", "w.yaml"),
+      Catch::Contains("w.yaml:1:10: unknown arrival process 'poison'; did you "
+                      "mean 'poisson'?"));
+}
+
+TEST_CASE("traces: CSV and JSONL, streamed", "[sim][trace]") {
+  std::istringstream csv("# a comment\narrival_s,prompt_tokens,output_tokens,prefix_id,"
+                         "prefix_tokens\n0,100,10,,\n0.5,200,20,sys,64\n\n1.5,300,30,sys,64\n");
+  TraceReader reader(csv, "t.csv");
+  CHECK(reader.format() == TraceFormat::csv);
+  auto a = reader.next();
+  auto b = reader.next();
+  auto c = reader.next();
+  CHECK_FALSE(reader.next());
+  CHECK(a->prompt_tokens == 100);
+  CHECK(a->prefix_id == 0);
+  CHECK(b->arrival_s == 0.5);
+  CHECK(b->prefix_id == 1);
+  CHECK(c->prefix_id == 1);
+  CHECK(c->prefix_tokens == 64);
+
+  std::istringstream jsonl("{\"arrival_s\": 0.25, \"prompt_tokens\": 7, \"output_tokens\": 3}\n"
+                           "{\"arrival_s\": 1, \"prompt_tokens\": 9, \"output_tokens\": 4, "
+                           "\"prefix_id\": \"doc\", \"prefix_tokens\": 5}\n");
+  TraceReader j(jsonl, "t.jsonl");
+  CHECK(j.format() == TraceFormat::jsonl);
+  CHECK(j.next()->arrival_s == 0.25);
+  auto second = j.next();
+  CHECK(second->prefix_tokens == 5);
+  CHECK_FALSE(j.next());
+}
+
+TEST_CASE("bad traces get line-numbered errors", "[sim][trace]") {
+  auto error_of = [](const std::string& text) {
+    std::istringstream in(text);
+    try {
+      TraceReader r(in, "t.csv");
+      while (r.next()) {
+      }
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error_of("arrival_s,prompt_tokens\n0,5\n") ==
+        "t.csv:1: missing column 'output_tokens' in the header (columns: arrival_s, "
+        "prompt_tokens, output_tokens, and optionally prefix_id, prefix_tokens)");
+  CHECK(error_of("arrival_s,prompt_tokens,output_tokns\n") ==
+        "t.csv:1:25: unknown column 'output_tokns'; did you mean 'output_tokens'? (columns: "
+        "arrival_s, prompt_tokens, output_tokens, and optionally prefix_id, prefix_tokens)");
+  CHECK(error_of("arrival_s,prompt_tokens,output_tokens\n0,5,5\n1,-3,5\n") ==
+        "t.csv:3:3: prompt_tokens must not be negative, got -3");
+  CHECK(error_of("arrival_s,prompt_tokens,output_tokens\n2,5,5\n1,3,5\n") ==
+        "t.csv:3: arrival_s 1 is before the previous request's 2; sort the trace by arrival "
+        "time");
+  CHECK(error_of("arrival_s,prompt_tokens,output_tokens\n0,5\n") ==
+        "t.csv:2: expected 3 fields as in the header, got 2");
+  CHECK(error_of("arrival_s,prompt_tokens,output_tokens\n0,5,0\n") ==
+        "t.csv:2: output_tokens must be at least 1");
+  CHECK(error_of("{\"arrival_s\": 0, \"prompt_tokens\": 5}\n") ==
+        "t.csv:1: missing key 'output_tokens'");
+  CHECK(error_of("{\"arrival_s\": 0, \"promt_tokens\": 5}\n") ==
+        "t.csv:1:18: unknown key 'promt_tokens'; did you mean 'prompt_tokens'? (keys: arrival_s, "
+        "prompt_tokens, output_tokens, and optionally prefix_id, prefix_tokens)");
+  CHECK(error_of("{\"arrival_s\": 0, \"prompt_tokens\": 5, \"output_tokens\": 2.5}\n") ==
+        "t.csv:1:55: output_tokens must be a whole number of tokens, got '2.5'");
+  CHECK(error_of("") == "t.csv: empty trace: expected a CSV header "
+                        "(arrival_s,prompt_tokens,output_tokens) or JSONL objects");
+}
+
+TEST_CASE("latency percentiles within 0.1%; the timeline keeps its totals", "[sim][metrics]") {
+  LatencyHistogram h;
+  for (int i = 1; i <= 1000; ++i) {
+    h.add(0.001 * i); // 1 ms … 1 s
+  }
+  LatencySummary s = h.summary();
+  CHECK(s.count == 1000);
+  CHECK(s.mean == Approx(0.5005));
+  CHECK(s.p50 == Approx(0.5).epsilon(0.001));
+  CHECK(s.p90 == Approx(0.9).epsilon(0.001));
+  CHECK(s.p99 == Approx(0.99).epsilon(0.001));
+  CHECK(s.max == 1.0);
+
+  TimeSeries series(10, 0.1);
+  double out = 0;
+  for (int i = 0; i < 1000; ++i) {
+    series.add(0.01 * i, 0.01, 0.5, 4, 10, 1);
+    out += 1;
+  }
+  auto points = series.points(10.0);
+  CHECK(points.size() <= 10);
+  double total = 0;
+  for (const auto& p : points) {
+    total += p.output_tokens_per_s * (p.end_s - p.start_s);
+  }
+  CHECK(points.front().kv_occupancy == Approx(0.5));
+  CHECK(points.back().kv_occupancy == Approx(0.5));
+  CHECK(total == Approx(out));
+}
