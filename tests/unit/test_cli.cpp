@@ -146,8 +146,8 @@ TEST_CASE("measure: --backend cuda without a usable GPU is a clear usage error",
     SUCCEED("a CUDA device is visible: the device tests cover this backend");
     return;
   }
-  std::string want =
-      kvcalc::cuda_backend_built() ? "no CUDA device is visible" : "built without CUDA support";
+  std::string want = kvcalc::cuda_backend_built() ? "no CUDA device is visible"
+                                                  : "this kvcalc was built without CUDA support";
   try {
     (void)cli({"measure", "--backend", "cuda"});
     FAIL("--backend cuda ran without a GPU");
