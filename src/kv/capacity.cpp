@@ -103,7 +103,7 @@ RankView rank_view(const Model& m, const CacheFormat& format, u64 attention_tp, 
 u64 activation_estimate(const Model& m, u64 tokens, u64 seqs, u64 tp) {
   u64 width = m.mlp.intermediate_size;
   if (m.moe) {
-    width = std::max({width, m.moe->experts_per_token * m.moe->expert_intermediate_size,
+    width = std::max({width, checked_mul(m.moe->experts_per_token, m.moe->expert_intermediate_size),
                       m.moe->shared_expert_intermediate_size});
   }
   u64 gate = m.mlp.kind == MlpKind::gated ? 2 : 1;
@@ -203,7 +203,8 @@ struct Allocation {
       if (groups.sliding_groups > 0) {
         sliding = ceil_div(std::min(window - 1 + max_batched, tokens), block_size) + 1;
       }
-      c.blocks_per_sequence = groups.full_groups * full + groups.sliding_groups * sliding;
+      c.blocks_per_sequence = checked_add(checked_mul(groups.full_groups, full),
+                                          checked_mul(groups.sliding_groups, sliding));
       c.bytes_per_sequence = checked_mul(checked_mul(c.blocks_per_sequence, block_size),
                                          checked_mul(rank.rate_per_layer, groups.group_size));
       c.max_concurrency =
@@ -213,9 +214,9 @@ struct Allocation {
     }
     case Engine::sglang: {
       u64 held_sliding = window ? std::min(tokens, window) : 0;
-      c.bytes_per_sequence =
-          checked_add(checked_mul(tokens, rank.rate_per_layer * rank.full_layers),
-                      checked_mul(held_sliding, rank.rate_per_layer * rank.sliding_layers));
+      c.bytes_per_sequence = checked_add(
+          checked_mul(tokens, checked_mul(rank.rate_per_layer, rank.full_layers)),
+          checked_mul(held_sliding, checked_mul(rank.rate_per_layer, rank.sliding_layers)));
       double by_full =
           rank.full_layers ? static_cast<double>(full_tokens) / static_cast<double>(tokens) : 1e300;
       double by_sliding = rank.sliding_layers ? static_cast<double>(sliding_tokens) /
@@ -228,9 +229,9 @@ struct Allocation {
     }
     case Engine::trtllm: {
       c.blocks_per_sequence = ceil_div(tokens, block_size);
-      c.bytes_per_sequence =
-          checked_mul(checked_mul(c.blocks_per_sequence, block_size),
-                      rank.rate_per_layer * (rank.full_layers + rank.sliding_layers));
+      c.bytes_per_sequence = checked_mul(
+          checked_mul(c.blocks_per_sequence, block_size),
+          checked_mul(rank.rate_per_layer, checked_add(rank.full_layers, rank.sliding_layers)));
       c.max_concurrency =
           static_cast<double>(num_blocks) / static_cast<double>(c.blocks_per_sequence);
       c.max_sequences = num_blocks / c.blocks_per_sequence;

@@ -8,13 +8,15 @@ u64 tensor_bytes(const TensorGroup& t, DType dtype) {
   switch (dtype) {
   case DType::fp8_e4m3:
   case DType::fp8_e5m2:
-    one = checked_add(elements, checked_mul(ceil_div(t.rows, 128) * ceil_div(t.cols, 128), 4));
+    one = checked_add(elements,
+                      checked_mul(checked_mul(ceil_div(t.rows, 128), ceil_div(t.cols, 128)), 4));
     break;
   case DType::int8:
     one = checked_add(elements, checked_mul(t.rows, 4));
     break;
   case DType::int4:
-    one = checked_add(ceil_div(elements, 2), checked_mul(t.rows * ceil_div(t.cols, 128), 2));
+    one = checked_add(ceil_div(elements, 2),
+                      checked_mul(checked_mul(t.rows, ceil_div(t.cols, 128)), 2));
     break;
   case DType::nvfp4:
     one = checked_add(ceil_div(elements, 2), checked_mul(t.rows, ceil_div(t.cols, 16))) + 4;

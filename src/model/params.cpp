@@ -202,7 +202,7 @@ ParamCount count_params(const Model& m) {
   out.active_per_token = out.main;
   if (m.moe && out.experts > 0) {
     // Routed experts count at experts_per_token / routed_experts.
-    u64 active = out.experts / m.moe->routed_experts * m.moe->experts_per_token;
+    u64 active = checked_mul(out.experts / m.moe->routed_experts, m.moe->experts_per_token);
     out.active_per_token = out.main - out.experts + active;
   }
   return out;

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include <kvcalc/kv/footprint.hpp>
 #include <kvcalc/model/loader.hpp>
@@ -244,4 +246,29 @@ TEST_CASE("the derivation shows every term", "[footprint][explain]") {
                            "(kv_lora_rank 512 + qk_rope_head_dim 64) = 576 × 2 B (bf16) = 1,152 B");
   CHECK(f.derivation[2] == "per token, all attention layers: 61 full × 1,152 B = 70,272 B");
   CHECK(f.derivation[3] == "at 4,096 tokens: 61 full × 1,152 B × 4,096 tokens = 287,834,112 B");
+}
+
+TEST_CASE("numeric safety: the largest plausible inputs are exact or a clear error",
+          "[footprint][overflow]") {
+  // 200 layers × 128 heads of expanded MLA in fp32: per layer per token 128 × (128 + 64 + 128)
+  // × 4 = 163,840 B; per token 32,768,000 B; at 1M (1,048,576) tokens 34,359,738,368,000 B.
+  std::ifstream file(std::string(KVCALC_SOURCE_DIR) + "/tests/data/models/mla-200-layers.yaml");
+  std::stringstream text;
+  text << file.rdbuf();
+  Model m = parse_model_yaml(text.str(), "mla-200-layers.yaml");
+  CacheRequest expanded;
+  expanded.dtype = DType::fp32;
+  expanded.mla_format = MlaCacheFormat::expanded;
+  Footprint f = fp(m, {1ULL << 20}, expanded, 64);
+  CHECK(f.bytes_per_token_per_layer == 163'840);
+  CHECK(f.bytes_per_token == 32'768'000);
+  CHECK(f.contexts[0].kv_bytes == 34'359'738'368'000ULL);
+  CHECK(f.contexts[0].paged_kv_bytes == 34'359'738'368'000ULL); // 1M is whole pages of 64
+  // 10,000 such sequences: 343,597,383,680,000,000 B, still exact in 64 bits...
+  CHECK(checked_mul(f.contexts[0].kv_bytes, 10'000) == 343'597'383'680'000'000ULL);
+  // ...a million of them is not, and says so.
+  CHECK_THROWS_AS(checked_mul(f.contexts[0].kv_bytes, 1'000'000), OverflowError);
+  // One sequence past 2^64 bytes: 10^14 tokens × 32,768,000 B.
+  CHECK_THROWS_WITH(fp(m, {100'000'000'000'000ULL}, expanded),
+                    Catch::Contains("does not fit in 64 bits"));
 }
