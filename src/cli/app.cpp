@@ -8,6 +8,7 @@
 #include <kvcalc/core/version.hpp>
 
 #include "commands.hpp"
+#include "generated_docs.hpp"
 
 namespace kvcalc {
 
@@ -141,8 +142,9 @@ void add_deployment_options(CLI::App* cmd, cli::DeploymentOptions& d) {
 } // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
-  CLI::App app{"kvcalc: exact KV-cache footprint of LLM attention architectures (MHA, MQA, GQA, "
-               "MLA, sliding-window and hybrid layers)",
+  CLI::App app{"kvcalc: KV-cache footprint, engine capacity, roofline, serving simulation and "
+               "measured ceilings for LLM attention (MHA, MQA, GQA, MLA, sliding-window and "
+               "hybrid layers)",
                "kvcalc"};
   app.set_version_flag(
       "--version", std::string("kvcalc ") + std::string(version()) +
@@ -437,6 +439,20 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   import_cmd->add_option("-o,--output", import.file, "Write the YAML to FILE instead of stdout")
       ->type_name("FILE");
 
+  std::string shell;
+  std::string generated_file;
+  auto* completion_cmd = app.add_subcommand(
+      "completion", "Print a shell completion script generated from these options");
+  completion_cmd->add_option("shell", shell, "The shell")
+      ->check(CLI::IsMember({"bash"}))
+      ->required();
+  completion_cmd->add_option("-o,--output", generated_file, "Write it to FILE instead of stdout")
+      ->type_name("FILE");
+  auto* man_cmd =
+      app.add_subcommand("man", "Print the man page (roff) generated from these options");
+  man_cmd->add_option("-o,--output", generated_file, "Write it to FILE instead of stdout")
+      ->type_name("FILE");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -473,6 +489,15 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
   if (models_cmd->parsed()) {
     return cli::run_models(models, out, err);
+  }
+  if (completion_cmd->parsed() || man_cmd->parsed()) {
+    std::string text = completion_cmd->parsed() ? cli::bash_completion(app) : cli::man_page(app);
+    if (generated_file.empty()) {
+      out << text;
+    } else {
+      cli::write_text_file(generated_file, text);
+    }
+    return 0;
   }
   return cli::run_import(import, out, err);
 }

@@ -1,0 +1,22 @@
+#pragma once
+// Documents generated from the command-line definition itself, so they cannot drift from it:
+// the bash completion script and the man page (`kvcalc completion bash`, `kvcalc man`).
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace kvcalc::cli {
+
+/// A bash completion script: commands, each command's options, the allowed values of options
+/// that have a fixed set, bundled model names for MODEL arguments, GPU names for --gpu, files
+/// for FILE options.
+[[nodiscard]] std::string bash_completion(CLI::App& app);
+
+/// A man page (roff, section 1): every command with its arguments and options, their defaults
+/// and values, the exit codes.
+[[nodiscard]] std::string man_page(CLI::App& app);
+
+} // namespace kvcalc::cli
