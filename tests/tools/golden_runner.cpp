@@ -1,6 +1,11 @@
 // Runs one golden CLI case: a file with the command line, the expected exit code, stdout and
 // stderr. With KVCALC_UPDATE_GOLDEN=1 it rewrites the case with what the binary printed.
 //
+// `golden_runner --readme README.md` instead checks the README's examples: each
+// `<!-- golden: tests/golden/NAME.case -->` line is followed by a fenced block that must hold
+// "$ kvcalc ARGS", then the case's stdout and stderr. The cases are checked against the binary
+// by their own tests, so the README cannot go stale; KVCALC_UPDATE_GOLDEN=1 rewrites the blocks.
+//
 // Case format (tests/golden/README.md):
 //   # free text
 //   args: footprint deepseek-v3 --context 4k
@@ -184,11 +189,91 @@ void show_difference(const std::string& what, const std::string& expected,
   std::cerr << "--- actual " << what << " ---\n" << actual << "--- end ---\n";
 }
 
+bool updating() {
+  const char* update = std::getenv("KVCALC_UPDATE_GOLDEN");
+  return update != nullptr && std::string(update) == "1";
+}
+
+/// What a README example block holds for a case: the command, then what it printed.
+std::string example_block(const Case& c) {
+  return "$ kvcalc" + c.args + "\n" + c.out + c.err;
+}
+
+int check_readme(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw std::runtime_error("cannot open " + path);
+  }
+  const std::string marker = "<!-- golden: ";
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(line);
+  }
+  std::string rewritten;
+  int stale = 0;
+  int examples = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    rewritten += lines[i] + '\n';
+    if (lines[i].rfind(marker, 0) != 0) {
+      continue;
+    }
+    std::string case_path = lines[i].substr(marker.size());
+    case_path = case_path.substr(0, case_path.find(" -->"));
+    if (i + 1 >= lines.size() || lines[i + 1].rfind("```", 0) != 0) {
+      throw std::runtime_error(path + ":" + std::to_string(i + 2) +
+                               ": a fenced block must follow " + lines[i]);
+    }
+    rewritten += lines[++i] + '\n';
+    std::string block;
+    std::size_t first = i + 1;
+    while (++i < lines.size() && lines[i] != "```") {
+      block += lines[i] + '\n';
+    }
+    if (i >= lines.size()) {
+      throw std::runtime_error(path + ":" + std::to_string(first) +
+                               ": the fenced block never ends");
+    }
+    std::string want = example_block(read_case(case_path));
+    ++examples;
+    if (block != want) {
+      ++stale;
+      if (!updating()) {
+        std::cerr << path << ":" << first << ": the example of " << case_path
+                  << " is not what the case holds\n";
+        show_difference("example", want, block);
+      }
+    }
+    rewritten += want + "```\n";
+  }
+  if (updating()) {
+    std::ofstream out(path);
+    out << rewritten;
+    std::cout << "updated " << stale << " of " << examples << " examples in " << path << '\n';
+    return 0;
+  }
+  if (examples == 0) {
+    std::cerr << path << ": no examples marked with " << marker << "…\n";
+    return 1;
+  }
+  if (stale > 0) {
+    std::cerr << "(regenerate with KVCALC_UPDATE_GOLDEN=1 once the cases are current)\n";
+  }
+  return stale == 0 ? 0 : 1;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--readme") {
+    try {
+      return check_readme(argv[2]);
+    } catch (const std::exception& e) {
+      std::cerr << "golden_runner: " << e.what() << '\n';
+      return 2;
+    }
+  }
   if (argc != 3) {
-    std::cerr << "usage: golden_runner KVCALC_BINARY CASE_FILE\n";
+    std::cerr << "usage: golden_runner KVCALC_BINARY CASE_FILE | golden_runner --readme FILE\n";
     return 2;
   }
   try {
@@ -196,8 +281,7 @@ int main(int argc, char** argv) {
     std::string path = argv[2];
     Case c = read_case(path);
     Result r = run(binary, split_args(c.args));
-    const char* update = std::getenv("KVCALC_UPDATE_GOLDEN");
-    if (update != nullptr && std::string(update) == "1") {
+    if (updating()) {
       std::ofstream out(path);
       out << c.header << "args:" << c.args << "\nexit: " << r.exit_code << "\n--- stdout\n"
           << r.out << "--- stderr\n"
