@@ -204,7 +204,8 @@ void read_layer_types(const ConfigView& c, Model& m, Diagnostics& diag) {
                                     std::to_string(m.layers) + " layers)");
     }
     for (const auto& item : list) {
-      m.layer_types.push_back(layer_type_from_hf(item.as<std::string>(), scope));
+      m.layer_types.push_back(layer_type_from_hf(
+          detail::scalar_of(item, scope.locations()->file(), "each layer type"), scope));
     }
     bool slides = std::find(m.layer_types.begin(), m.layer_types.end(), LayerType::sliding) !=
                   m.layer_types.end();
