@@ -404,6 +404,12 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
 
   m.layers =
       c.required({"num_hidden_layers", "n_layer", "num_layers"}, "layers", "the number of layers");
+  try {
+    check_layer_count(m.layers);
+  } catch (const InputError& e) {
+    auto hit = c.find({"num_hidden_layers", "n_layer", "num_layers"});
+    throw InputError(hit ? hit->first->where(hit->second) : SourceLocation{file, 1, 1}, e.what());
+  }
   m.hidden_size =
       c.required({"hidden_size", "n_embd", "d_model"}, "hidden_size", "the model width");
   m.vocab_size = c.required({"vocab_size"}, "vocab_size", "the vocabulary size");
