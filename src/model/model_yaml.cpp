@@ -275,9 +275,19 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
 
 namespace {
 
+/// A YAML double-quoted string that reads back as `s`: control characters (a NUL or a line
+/// break in a display name or source) are written as \xNN escapes; found by fuzzing.
 std::string quoted(std::string_view s) {
+  static constexpr char k_hex[] = "0123456789abcdef";
   std::string out = "\"";
   for (char c : s) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      out += "\\x";
+      out += k_hex[byte >> 4];
+      out += k_hex[byte & 0xf];
+      continue;
+    }
     if (c == '"' || c == '\\') {
       out += '\\';
     }
