@@ -44,6 +44,15 @@ SourceLocation location_of(const YAML::Node& node, const std::string& file) {
   return {file, mark.line + 1, mark.column + 1};
 }
 
+std::string scalar_of(const YAML::Node& node, const std::string& file, std::string_view what) {
+  if (!node.IsScalar()) {
+    std::string got = node.IsSequence() ? "a list" : node.IsMap() ? "a map" : "nothing";
+    throw InputError(location_of(node, file),
+                     std::string(what) + " must be a single value, got " + got);
+  }
+  return node.Scalar();
+}
+
 SourceLocation LocationMap::find(std::string_view path) const {
   std::string key(path);
   while (true) {
@@ -70,7 +79,7 @@ MapReader::MapReader(YAML::Node map, std::string path, std::shared_ptr<LocationM
                      what + " must be a map of key: value pairs");
   }
   for (const auto& entry : m_map) {
-    auto key = entry.first.as<std::string>();
+    auto key = scalar_of(entry.first, m_locations->file(), "a key");
     m_locations->add(path_of(key), location_of(entry.second, m_locations->file()));
   }
 }
@@ -82,7 +91,7 @@ std::string MapReader::path_of(std::string_view key) const {
 void MapReader::allow_only(std::span<const std::string_view> keys) const {
   std::vector<std::string> allowed(keys.begin(), keys.end());
   for (const auto& entry : m_map) {
-    auto key = entry.first.as<std::string>();
+    auto key = scalar_of(entry.first, m_locations->file(), "a key");
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       std::string message = "unknown key '" + key + "'";
       std::string hint = did_you_mean(key, allowed);

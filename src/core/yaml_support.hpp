@@ -25,6 +25,10 @@ std::string read_text_file(const std::string& path);
 
 SourceLocation location_of(const YAML::Node& node, const std::string& file);
 
+/// The text of a scalar node; a list, a map or an empty node is an InputError at the node that
+/// says `what` must be a single value ("a key", "an alias").
+std::string scalar_of(const YAML::Node& node, const std::string& file, std::string_view what);
+
 /// Where each key path of one document was found, for located validation errors.
 class LocationMap {
 public:

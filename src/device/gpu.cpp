@@ -47,7 +47,7 @@ Gpu read_gpu(const MapReader& r) {
       r.fail("aliases", "'aliases' must be a list of names");
     }
     for (const auto& a : aliases) {
-      g.aliases.push_back(a.as<std::string>());
+      g.aliases.push_back(detail::scalar_of(a, r.locations()->file(), "each alias"));
     }
   }
   g.vendor = r.required_text("vendor", "nvidia or amd");

@@ -204,7 +204,8 @@ void read_layer_types(const ConfigView& c, Model& m, Diagnostics& diag) {
                                     std::to_string(m.layers) + " layers)");
     }
     for (const auto& item : list) {
-      m.layer_types.push_back(layer_type_from_hf(item.as<std::string>(), scope));
+      m.layer_types.push_back(layer_type_from_hf(
+          detail::scalar_of(item, scope.locations()->file(), "each layer type"), scope));
     }
     bool slides = std::find(m.layer_types.begin(), m.layer_types.end(), LayerType::sliding) !=
                   m.layer_types.end();
@@ -403,6 +404,12 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
 
   m.layers =
       c.required({"num_hidden_layers", "n_layer", "num_layers"}, "layers", "the number of layers");
+  try {
+    check_layer_count(m.layers);
+  } catch (const InputError& e) {
+    auto hit = c.find({"num_hidden_layers", "n_layer", "num_layers"});
+    throw InputError(hit ? hit->first->where(hit->second) : SourceLocation{file, 1, 1}, e.what());
+  }
   m.hidden_size =
       c.required({"hidden_size", "n_embd", "d_model"}, "hidden_size", "the model width");
   m.vocab_size = c.required({"vocab_size"}, "vocab_size", "the vocabulary size");

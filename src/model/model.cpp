@@ -103,6 +103,9 @@ std::vector<LayerType> cycle_of(std::string_view pattern) {
       term = trim(term.substr(0, star));
     }
     cycle.insert(cycle.end(), repeat, parse_layer_type(term, pattern));
+    if (cycle.size() > k_max_layers) {
+      bad_pattern(pattern, "the cycle is longer than " + group_digits(k_max_layers) + " layers");
+    }
     if (comma == std::string_view::npos) {
       break;
     }
@@ -113,7 +116,15 @@ std::vector<LayerType> cycle_of(std::string_view pattern) {
 
 } // namespace
 
+void check_layer_count(u64 layers) {
+  if (layers > k_max_layers) {
+    throw InputError("'layers' = " + group_digits(layers) + " is more than kvcalc takes (at most " +
+                     group_digits(k_max_layers) + "; real models have a few hundred)");
+  }
+}
+
 std::vector<LayerType> expand_layer_pattern(std::string_view pattern, u64 layers) {
+  check_layer_count(layers);
   std::vector<LayerType> cycle = cycle_of(pattern);
   std::vector<LayerType> out;
   out.reserve(layers);
@@ -176,6 +187,11 @@ void validate_model(const Model& m, const Locator& where) {
     }
   }
   positive("layers", m.layers, "the number of transformer layers");
+  try {
+    check_layer_count(m.layers);
+  } catch (const InputError& e) {
+    fail("layers", e.what());
+  }
   positive("norms_per_layer", m.norms_per_layer, "norm layers in each transformer block");
   positive("hidden_size", m.hidden_size, "the model width");
   positive("vocab_size", m.vocab_size, "the vocabulary size");

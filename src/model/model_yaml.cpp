@@ -120,7 +120,7 @@ Attention read_attention(const MapReader& r, u64 hidden_size) {
 
 std::vector<LayerType> read_layer_pattern(const MapReader& r, u64 layers, bool has_window) {
   if (!r.has("layer_pattern")) {
-    return std::vector<LayerType>(layers, has_window ? LayerType::sliding : LayerType::full);
+    return expand_layer_pattern(has_window ? "sliding" : "full", layers);
   }
   YAML::Node node = r.node("layer_pattern");
   if (node.IsSequence()) {
@@ -205,6 +205,11 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
     m.weight_dtype = located_dtype(r, "weight_dtype", m.dtype);
   }
   m.layers = r.required_count("layers", "the number of transformer layers");
+  try {
+    check_layer_count(m.layers);
+  } catch (const InputError& e) {
+    r.fail("layers", e.what());
+  }
   m.hidden_size = r.required_count("hidden_size", "the model width");
   m.vocab_size = r.required_count("vocab_size", "the vocabulary size");
   m.max_context = r.count("max_context").value_or(0);
@@ -270,9 +275,19 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
 
 namespace {
 
+/// A YAML double-quoted string that reads back as `s`: control characters (a NUL or a line
+/// break in a display name or source) are written as \xNN escapes; found by fuzzing.
 std::string quoted(std::string_view s) {
+  static constexpr char k_hex[] = "0123456789abcdef";
   std::string out = "\"";
   for (char c : s) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      out += "\\x";
+      out += k_hex[byte >> 4];
+      out += k_hex[byte & 0xf];
+      continue;
+    }
     if (c == '"' || c == '\\') {
       out += '\\';
     }

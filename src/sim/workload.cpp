@@ -179,7 +179,8 @@ double LengthDistribution::mean() const {
   case LengthKind::cdf: {
     double m = static_cast<double>(cdf.front().first) * cdf.front().second;
     for (std::size_t i = 1; i < cdf.size(); ++i) {
-      double mid = static_cast<double>(cdf[i].first + cdf[i - 1].first) / 2;
+      // In doubles: the sum of two token counts near 2^64 does not fit in u64.
+      double mid = (static_cast<double>(cdf[i].first) + static_cast<double>(cdf[i - 1].first)) / 2;
       m += mid * (cdf[i].second - cdf[i - 1].second);
     }
     return m;

@@ -56,6 +56,13 @@ TEST_CASE("layer patterns expand cyclically", "[model][pattern]") {
                     Catch::Contains("unknown layer type 'globl'"));
   CHECK_THROWS_AS(expand_layer_pattern("0:1", 4), InputError);
   CHECK_THROWS_AS(expand_layer_pattern("", 4), InputError);
+  // Bounded whatever the input: before the bound 10^9 layers took 4 GB, 2^64 − 1 threw
+  // std::length_error and a long cycle ran for minutes (docs/reliability.md).
+  CHECK(expand_layer_pattern("full", k_max_layers).size() == 100'000);
+  CHECK_THROWS_WITH(expand_layer_pattern("full", k_max_layers + 1),
+                    Catch::Contains("is more than kvcalc takes (at most 100,000"));
+  CHECK_THROWS_WITH(expand_layer_pattern("sliding*99999, full*2", 4),
+                    Catch::Contains("the cycle is longer than 100,000 layers"));
 }
 
 TEST_CASE("layer patterns describe themselves as the shortest cycle", "[model][pattern]") {

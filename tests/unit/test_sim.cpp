@@ -303,6 +303,9 @@ TEST_CASE("random numbers and distributions are fixed by the seed", "[sim][workl
   // Half at 100, half spread evenly over 100–300: 0.5·100 + 0.5·200 = 150.
   CHECK(sum_c / n == Approx(150).epsilon(0.01));
   CHECK(cdf.mean() == Approx(150));
+  // Token counts whose sum passes 2^64 still average right (0.5·2^63 + 0.5·(2^63 + 2^62)).
+  auto wide = parse_length_distribution("cdf:9223372036854775808=0.5,18446744073709551615=1", "-");
+  CHECK(wide.mean() == Approx(0.5 * 0x1p63 + 0.5 * 0x1.8p63));
   CHECK(describe(logn) == "lognormal:2000,0.8");
 }
 

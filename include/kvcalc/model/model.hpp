@@ -121,9 +121,17 @@ struct Model {
 /// "mha", "mqa", "gqa", "mla", or "hybrid" when layers differ in what they keep.
 [[nodiscard]] std::string attention_label(const Model& m);
 
+/// The most layers kvcalc takes. Real models have at most a few hundred; the bound keeps the
+/// per-layer list of a description (and the time to build it) small for any input.
+inline constexpr u64 k_max_layers = 100'000;
+
+/// Throws InputError when `layers` is above k_max_layers.
+void check_layer_count(u64 layers);
+
 /// Expands a layer pattern (docs/model-format.md): "full", "sliding", "linear" (every layer),
 /// "alternating" (sliding, full, ...), "N:M" (N sliding then M full), or a cycle
-/// "sliding*5, full" repeated over `layers` and cut at the end.
+/// "sliding*5, full" repeated over `layers` and cut at the end. Throws InputError for a bad
+/// pattern, a cycle longer than k_max_layers, or `layers` above k_max_layers.
 [[nodiscard]] std::vector<LayerType> expand_layer_pattern(std::string_view pattern, u64 layers);
 
 /// The shortest cycle that reproduces `types` as expand_layer_pattern reads it ("sliding, full"),

@@ -1,0 +1,58 @@
+// Fuzz target: every model that loads must also compute. After a model description (kvcalc
+// YAML or config.json) parses, its footprint, parameter count, capacity on one bundled GPU and
+// decode roofline either succeed or throw kvcalc::Error (overflow included), never crash.
+
+#include "fuzz_target.hpp"
+
+#include <kvcalc/core/error.hpp>
+#include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/kv/footprint.hpp>
+#include <kvcalc/model/loader.hpp>
+#include <kvcalc/model/params.hpp>
+#include <kvcalc/roofline/roofline.hpp>
+
+namespace {
+
+/// Contexts from the smallest to one past any model's max_context (2^20 = 1M tokens).
+const std::vector<kvcalc::u64> k_contexts{1, 4096, 131072, kvcalc::u64{1} << 20};
+
+void compute_all(const kvcalc::Model& model) {
+  kvcalc::FootprintOptions footprint;
+  footprint.contexts = k_contexts;
+  footprint.block_size = 16;
+  (void)kvcalc::compute_footprint(model, footprint);
+  (void)kvcalc::count_params(model);
+
+  const kvcalc::Gpu& gpu = kvcalc::builtin_gpus().front();
+  for (kvcalc::Engine engine : {kvcalc::Engine::plain, kvcalc::Engine::vllm}) {
+    try {
+      kvcalc::CapacityRequest request;
+      request.model = model;
+      request.gpu = gpu;
+      request.engine.engine = engine;
+      request.contexts = k_contexts;
+      request.max_context_at = 1;
+      (void)kvcalc::compute_capacity(request);
+    } catch (const kvcalc::Error&) {
+    }
+  }
+
+  kvcalc::RooflineRequest roofline;
+  roofline.model = model;
+  roofline.gpu = gpu;
+  roofline.rates = kvcalc::device_rates(gpu);
+  roofline.context = 4096;
+  (void)kvcalc::compute_roofline(roofline);
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  try {
+    kvcalc::Diagnostics diagnostics;
+    compute_all(
+        kvcalc::parse_model_document(kvcalc::fuzz::as_text(data, size), "fuzz.yaml", diagnostics));
+  } catch (const kvcalc::Error&) {
+  }
+  return 0;
+}
