@@ -76,6 +76,15 @@ public:
   /// A nested map, or nullopt when absent or null.
   [[nodiscard]] std::optional<MapReader> map(std::string_view key) const;
 
+  /// The present text of `key` parsed by `parse`, whose InputError moves to the value's location.
+  template <class F> auto parsed(std::string_view key, F&& parse) const {
+    try {
+      return parse(*text(key));
+    } catch (const InputError& e) {
+      throw InputError(where(key), e.what());
+    }
+  }
+
   [[noreturn]] void fail(std::string_view key, const std::string& message) const;
   /// Reports `key` missing from this map; `meaning` explains the key.
   [[noreturn]] void missing(std::string_view key, std::string_view meaning) const;

@@ -16,15 +16,6 @@ namespace {
 
 using detail::MapReader;
 
-/// Parses a string value with `parse`, moving its error to the value's location.
-template <class F> auto located(const MapReader& r, std::string_view key, F&& parse) {
-  try {
-    return parse(*r.text(key));
-  } catch (const InputError& e) {
-    throw InputError(r.where(key), e.what());
-  }
-}
-
 constexpr std::array<std::string_view, 24> k_setting_keys{"model",
                                                           "gpu",
                                                           "gpus",
@@ -61,7 +52,7 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   }
   auto count = [&](std::string_view key, u64& into) {
     if (r.has(key)) {
-      into = located(r, key, [&](const std::string& t) { return parse_count(t, key); });
+      into = r.parsed(key, [&](const std::string& t) { return parse_count(t, key); });
     }
   };
   count("gpus", q.parallel.gpus);
@@ -73,7 +64,7 @@ void read_settings(const MapReader& r, PlanScenario& s) {
     q.parallel.dp_attention = *dp;
   }
   if (r.has("engine")) {
-    q.engine.engine = located(r, "engine", [](const std::string& t) { return parse_engine(t); });
+    q.engine.engine = r.parsed("engine", [](const std::string& t) { return parse_engine(t); });
   }
   struct Fraction {
     std::string_view key;
@@ -83,8 +74,8 @@ void read_settings(const MapReader& r, PlanScenario& s) {
                             Fraction{"mem_fraction_static", Engine::sglang},
                             Fraction{"free_gpu_memory_fraction", Engine::trtllm}}) {
     if (r.has(f.key)) {
-      q.engine.memory_fraction = located(
-          r, f.key, [&](const std::string& t) { return parse_fraction(t, f.key, 0.0, 1.0); });
+      q.engine.memory_fraction =
+          r.parsed(f.key, [&](const std::string& t) { return parse_fraction(t, f.key, 0.0, 1.0); });
       if (q.engine.engine != f.engine) {
         r.fail(f.key, std::string(f.key) + " belongs to engine " +
                           std::string(engine_name(f.engine)) +
@@ -94,7 +85,7 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   }
   auto optional_count = [&](std::string_view key, std::optional<u64>& into) {
     if (r.has(key)) {
-      into = located(r, key, [&](const std::string& t) { return parse_count(t, key); });
+      into = r.parsed(key, [&](const std::string& t) { return parse_count(t, key); });
     }
   };
   optional_count("block_size", q.engine.block_size);
@@ -102,7 +93,7 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   optional_count("max_seqs", q.engine.max_seqs);
   auto optional_bytes = [&](std::string_view key, std::optional<u64>& into) {
     if (r.has(key)) {
-      into = located(r, key, [&](const std::string& t) { return parse_bytes(t, key); });
+      into = r.parsed(key, [&](const std::string& t) { return parse_bytes(t, key); });
     }
   };
   optional_bytes("reserve", q.engine.reserve_bytes);
@@ -110,7 +101,7 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   optional_bytes("kv_cache_memory", q.engine.kv_cache_bytes);
   auto dtype = [&](std::string_view key, std::optional<DType>& into) {
     if (r.has(key)) {
-      into = located(r, key, [&](const std::string& t) { return parse_dtype(t, key); });
+      into = r.parsed(key, [&](const std::string& t) { return parse_dtype(t, key); });
     }
   };
   dtype("kv_dtype", q.cache.dtype);
@@ -118,7 +109,7 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   dtype("weight_dtype", q.weight_dtype);
   if (r.has("kv_scale")) {
     auto [granularity, group] =
-        located(r, "kv_scale", [](const std::string& t) { return parse_scale(t); });
+        r.parsed("kv_scale", [](const std::string& t) { return parse_scale(t); });
     q.cache.scale = granularity;
     if (granularity == ScaleGranularity::per_group) {
       q.cache.scale_group = group;
@@ -126,7 +117,7 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   }
   if (r.has("mla_cache")) {
     q.cache.mla_format =
-        located(r, "mla_cache", [](const std::string& t) { return parse_mla_format(t); });
+        r.parsed("mla_cache", [](const std::string& t) { return parse_mla_format(t); });
   }
   if (auto mtp = r.flag("mtp")) {
     q.mtp = *mtp;
@@ -139,10 +130,10 @@ Requirement read_requirement(const MapReader& r) {
   Requirement q;
   q.where = detail::location_of(r.yaml(), r.locations()->file());
   auto count = [&](std::string_view key) {
-    return located(r, key, [&](const std::string& t) { return parse_count(t, key); });
+    return r.parsed(key, [&](const std::string& t) { return parse_count(t, key); });
   };
   auto share = [&](std::string_view key) {
-    return located(r, key, [&](const std::string& t) { return parse_fraction(t, key, 0, 1); });
+    return r.parsed(key, [&](const std::string& t) { return parse_fraction(t, key, 0, 1); });
   };
   int kinds = 0;
   for (std::string_view key :

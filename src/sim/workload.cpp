@@ -285,21 +285,11 @@ namespace {
 
 using detail::MapReader;
 
-/// Parses a string value with `parse`, moving its error to the value's location.
-template <class F> auto located(const MapReader& r, std::string_view key, F&& parse) {
-  try {
-    return parse(*r.text(key));
-  } catch (const InputError& e) {
-    throw InputError(r.where(key), e.what());
-  }
-}
-
 LengthDistribution read_length(const MapReader& r, std::string_view key) {
   std::string name = r.path_of(key);
   YAML::Node n = r.node(key);
   if (n.IsScalar()) {
-    return located(r, key,
-                   [&](const std::string& s) { return parse_length_distribution(s, name); });
+    return r.parsed(key, [&](const std::string& s) { return parse_length_distribution(s, name); });
   }
   MapReader m = *r.map(key);
   m.allow_only({"distribution", "value", "min", "max", "mean", "std", "sigma", "points"});
@@ -381,7 +371,7 @@ Workload parse_workload(const std::string& text, const std::string& file) {
   w.name = r.text("name").value_or("");
   w.seed = r.count("seed").value_or(1);
   if (r.has("arrival")) {
-    w.arrival = located(r, "arrival", [](const std::string& s) { return parse_arrival(s); });
+    w.arrival = r.parsed("arrival", [](const std::string& s) { return parse_arrival(s); });
   }
   if (auto rate = r.number("rate")) {
     if (*rate <= 0) {
