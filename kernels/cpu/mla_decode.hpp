@@ -63,8 +63,10 @@ struct Agreement {
   std::uint64_t elements_over_bar = 0;
   bool finite = true;
 };
+inline constexpr double k_abs_bar = 8e-4;       ///< FlashMLA's absolute bar (REFERENCE §4)
+inline constexpr double k_rel_bar = 2.01 / 128; ///< FlashMLA's relative bar
 [[nodiscard]] Agreement compare(const std::vector<float>& got, const std::vector<double>& want,
-                                double abs_bar = 8e-4, double rel_bar = 2.01 / 128);
+                                double abs_bar = k_abs_bar, double rel_bar = k_rel_bar);
 
 /// Rounds to the nearest bf16 value (ties to even), kept as a float.
 [[nodiscard]] float round_bf16(float v);

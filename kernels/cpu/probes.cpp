@@ -34,6 +34,11 @@ template <class Body> double timed_parallel(unsigned threads, Body&& body) {
 
 } // namespace
 
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
 std::uint64_t last_level_cache_bytes() {
   for (int index = 4; index >= 0; --index) {
     std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");

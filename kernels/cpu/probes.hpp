@@ -2,6 +2,7 @@
 // Roofline probes on the CPU: STREAM-style bandwidth, an FMA loop and a GEMM.
 
 #include <cstdint>
+#include <vector>
 
 namespace kvcalc::kernels {
 
@@ -21,6 +22,9 @@ struct BandwidthResult {
 
 /// FP32 FLOP/s of an n × n × n GEMM (Eigen), rows split over threads; best of `repeats`.
 [[nodiscard]] double measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats);
+
+/// The median of a non-empty vector of timings (the upper middle for an even count).
+[[nodiscard]] double median(std::vector<double> values);
 
 /// Bytes of the last-level cache (sysfs), or 32 MiB when the system does not say.
 [[nodiscard]] std::uint64_t last_level_cache_bytes();

@@ -108,7 +108,4 @@ inline double seconds_between(const Event& start, const Event& stop) {
 /// Overwrites a buffer twice the size of the L2, so the next kernel starts with a cold cache.
 void flush_l2(cudaStream_t stream = nullptr);
 
-/// Median of a non-empty vector.
-double median_of(std::vector<double> values);
-
 } // namespace kvcalc::kernels::cuda

@@ -58,9 +58,4 @@ void flush_l2(cudaStream_t stream) {
   KVCALC_CUDA_CHECK(cudaMemsetAsync(scratch.get(), 0x5A, scratch.bytes(), stream));
 }
 
-double median_of(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
 } // namespace kvcalc::kernels::cuda

@@ -115,7 +115,7 @@ template <class Launch> double median_seconds(unsigned repeats, Launch&& launch)
     stop.record();
     times.push_back(seconds_between(start, stop));
   }
-  return median_of(times);
+  return median(times);
 }
 
 } // namespace

@@ -48,16 +48,11 @@ void AbsorbedOutput::check_naive(const MlaKernelConfig& c, const std::vector<flo
                     "mla_decode.absorbed over every sequence", k_max_cos_diff_between);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 } // namespace measure_detail
 
 namespace {
 
-using measure_detail::median;
+using kernels::median;
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");

@@ -17,8 +17,8 @@ namespace kvcalc::measure_detail {
 /// reference, so their mutual difference may reach twice them.
 inline constexpr double k_max_cos_diff = 1e-5;
 inline constexpr double k_max_cos_diff_between = 2e-5;
-inline constexpr double k_abs_bar_between = 2 * 8e-4;
-inline constexpr double k_rel_bar_between = 2 * 2.01 / 128;
+inline constexpr double k_abs_bar_between = 2 * kernels::k_abs_bar;
+inline constexpr double k_rel_bar_between = 2 * kernels::k_rel_bar;
 
 /// Throws Error naming the kernel and configuration when `a` misses the bars.
 void require_agreement(const std::string& kernel, const MlaKernelConfig& c,
@@ -37,9 +37,6 @@ private:
   MlaKernelConfig m_config;
   std::vector<float> m_out;
 };
-
-/// The median of a non-empty vector.
-[[nodiscard]] double median(std::vector<double> v);
 
 #if defined(KVCALC_MEASURE_CUDA)
 [[nodiscard]] bool cuda_device_visible();

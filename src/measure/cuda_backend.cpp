@@ -18,6 +18,7 @@ namespace kvcalc::measure_detail {
 namespace {
 
 namespace gpu = kernels::cuda;
+using kernels::median;
 
 constexpr unsigned k_timed_runs = 10; ///< REFERENCE §4: median of at least 10
 

@@ -65,8 +65,8 @@ TEST_CASE("CUDA MLA decode: absorbed and naive match the double reference", "[cu
     CHECK(n.elements_over_bar == 0);
     // Every sequence, not only the reference's first.
     // Each is within the bars of the reference, so the two may differ by twice them.
-    Agreement both = compare(naive, std::vector<double>(absorbed.begin(), absorbed.end()), 2 * 8e-4,
-                             2 * 2.01 / 128);
+    Agreement both = compare(naive, std::vector<double>(absorbed.begin(), absorbed.end()),
+                             2 * k_abs_bar, 2 * k_rel_bar);
     CHECK(both.cos_diff <= 2e-5);
     CHECK(both.elements_over_bar == 0);
     CHECK(times.total_s > 0);
