@@ -7,10 +7,12 @@
 #include <numeric>
 #include <random>
 #include <stdexcept>
-#include <thread>
-#include <tuple>
+#include <type_traits>
 
 #include <Eigen/Dense>
+
+#include "attention_tiles.hpp"
+#include "thread_pool.hpp"
 
 namespace kvcalc::kernels {
 
@@ -54,8 +56,8 @@ void gather(const MlaInputs& in, std::uint64_t b, RowMatrix& rows) {
   for (std::uint64_t p = 0; p < pages; ++p) {
     std::uint64_t first = p * s.block;
     std::uint64_t count = std::min(s.block, s.context - first);
-    const float* src = in.cache.data() + in.block_table[b * pages + p] * s.block * width;
-    std::memcpy(rows.data() + first * width, src, count * width * sizeof(float));
+    const std::uint16_t* src = in.cache.data() + in.block_table[b * pages + p] * s.block * width;
+    tiles::widen_all(src, count * width, rows.data() + first * width);
   }
 }
 
@@ -88,28 +90,18 @@ private:
   const MlaShape& m_shape;
 };
 
-template <class Body> void parallel_for(std::uint64_t count, unsigned threads, Body&& body) {
-  threads = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(count)));
-  std::vector<std::thread> pool;
-  std::exception_ptr failure;
-  for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      try {
-        for (std::uint64_t i = t; i < count; i += threads) {
-          body(i);
-        }
-      } catch (...) {
-        failure = std::current_exception();
-      }
-    });
-  }
-  for (auto& th : pool) {
-    th.join();
-  }
-  if (failure) {
-    std::rethrow_exception(failure);
-  }
-}
+/// One split of one sequence's attention: its latent query, and its partial result (the
+/// un-normalised latent output, running max and sum per row).
+struct AttentionPart {
+  /// Few rows: q[row][d_c + d_r] for dot products. Many rows (`wide`): Qt[d_c + d_r][stride]
+  /// for the broadcast tiles. `stride` is the rows rounded up to whole vectors, zero-padded.
+  std::vector<float> query;
+  bool wide = false;
+  std::size_t stride = 0;
+  std::vector<float> o_lat;   ///< [rows][d_c]
+  std::vector<float> maximum; ///< [stride]
+  std::vector<float> sum;     ///< [stride]
+};
 
 } // namespace
 
@@ -117,17 +109,22 @@ std::uint64_t MlaInputs::pages_per_sequence() const {
   return (shape.context + shape.block - 1) / shape.block;
 }
 
-float round_bf16(float v) {
-  if (std::isnan(v)) {
-    return v;
-  }
+std::uint16_t bf16_bits(float v) {
   std::uint32_t bits = 0;
   std::memcpy(&bits, &v, sizeof bits);
+  if (std::isnan(v)) {
+    return static_cast<std::uint16_t>((bits >> 16) | 0x0040u); // stays a (quiet) NaN
+  }
   bits += 0x7FFFu + ((bits >> 16) & 1u);
-  bits &= 0xFFFF0000u;
-  float out = 0;
-  std::memcpy(&out, &bits, sizeof out);
-  return out;
+  return static_cast<std::uint16_t>(bits >> 16);
+}
+
+float bf16_value(std::uint16_t bits) {
+  return simd::bf16_to_float(bits);
+}
+
+float round_bf16(float v) {
+  return bf16_value(bf16_bits(v));
 }
 
 MlaInputs make_mla_inputs(const MlaShape& shape, std::uint64_t seed) {
@@ -141,20 +138,26 @@ MlaInputs make_mla_inputs(const MlaShape& shape, std::uint64_t seed) {
       x = round_bf16(normal(rng) * scale);
     }
   };
+  auto fill_bf16 = [&](std::vector<std::uint16_t>& v, std::uint64_t n, float scale) {
+    v.resize(n);
+    for (auto& x : v) {
+      x = bf16_bits(normal(rng) * scale);
+    }
+  };
   const MlaShape& s = shape;
   std::uint64_t width = s.d_c + s.d_r;
   fill(in.q, s.batch * s.query * s.heads * (s.d_nope + s.d_r), 1.0f);
-  fill(in.w_uk, s.heads * s.d_nope * s.d_c, 1.0f / std::sqrt(static_cast<float>(s.d_c)));
-  fill(in.w_uv, s.heads * s.d_v * s.d_c, 1.0f / std::sqrt(static_cast<float>(s.d_c)));
+  fill_bf16(in.w_uk, s.heads * s.d_nope * s.d_c, 1.0f / std::sqrt(static_cast<float>(s.d_c)));
+  fill_bf16(in.w_uv, s.heads * s.d_v * s.d_c, 1.0f / std::sqrt(static_cast<float>(s.d_c)));
   std::uint64_t pages = in.pages_per_sequence();
   std::uint64_t total = s.batch * pages;
-  fill(in.cache, total * s.block * width, 1.0f);
+  fill_bf16(in.cache, total * s.block * width, 1.0f);
   // Pages in a random order, so a kernel that assumes contiguity reads the wrong rows.
   in.block_table.resize(total);
   std::iota(in.block_table.begin(), in.block_table.end(), 0u);
   std::shuffle(in.block_table.begin(), in.block_table.end(), rng);
   // NaN past each sequence's last token: reading them poisons the output.
-  float nan = std::numeric_limits<float>::quiet_NaN();
+  std::uint16_t nan = bf16_bits(std::numeric_limits<float>::quiet_NaN());
   for (std::uint64_t b = 0; b < s.batch; ++b) {
     std::uint64_t last = in.block_table[b * pages + pages - 1];
     std::uint64_t used = s.context - (pages - 1) * s.block;
@@ -165,61 +168,147 @@ MlaInputs make_mla_inputs(const MlaShape& shape, std::uint64_t seed) {
 }
 
 void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) {
+  using tiles::Bf16;
+  using tiles::Block;
   check(in);
   const MlaShape& s = in.shape;
-  const Dims d(s);
-  auto [H, S, dc, dr, dn, dv, qk, width] =
-      std::tuple{d.H, d.S, d.dc, d.dr, d.dn, d.dv, d.qk, d.width};
-  float scale = d.scale;
+  const std::size_t heads = s.heads;
+  const std::size_t rows = s.query * heads;         // query rows of one sequence, (s, h)
+  const std::size_t batch_rows = s.batch * s.query; // rows of one head, (b, s)
+  const std::size_t latent = s.d_c + s.d_r;
+  const std::size_t qk = s.d_nope + s.d_r;
+  const std::size_t lanes = tiles::k_lanes;
+  auto whole_vectors = [&](std::size_t n) { return (n + lanes - 1) / lanes * lanes; };
+  const auto scale = static_cast<float>(scale_of(s));
   std::uint64_t pages = in.pages_per_sequence();
-  out.assign(s.batch * s.query * s.heads * s.d_v, 0.0f);
-  parallel_for(s.batch, threads, [&](std::uint64_t b) {
-    // Q in latent space: rows (s, h) = q_nope[s][h] · W_UK[h], plus the RoPE part.
-    RowMatrix q_lat(S * H, width);
-    for (Eigen::Index si = 0; si < S; ++si) {
-      for (Eigen::Index h = 0; h < H; ++h) {
-        const float* q = in.q.data() + d.row(b, si, h) * static_cast<std::uint64_t>(qk);
-        Eigen::Map<const Eigen::RowVectorXf> q_nope(q, dn);
-        ConstMap w_uk(in.w_uk.data() + static_cast<std::uint64_t>(h) * s.d_nope * s.d_c, dn, dc);
-        q_lat.row(si * H + h).head(dc) = q_nope * w_uk;
-        q_lat.row(si * H + h).tail(dr) = Eigen::Map<const Eigen::RowVectorXf>(q + dn, dr);
+  threads = std::max(1u, threads);
+  // With fewer sequences than threads, each sequence's pages are split between threads
+  // (split-KV) and the parts merged by their running maxima and sums.
+  std::uint64_t splits =
+      s.batch >= threads ? 1 : std::min<std::uint64_t>(pages, (threads + s.batch - 1) / s.batch);
+  // Row (b, s, h) of these is row (b·S + s)·H + h; sequence b's rows are contiguous.
+  std::vector<float> q_lat(s.batch * rows * latent, 0.0f);
+  std::vector<float> o_lat(s.batch * rows * s.d_c);
+  std::vector<AttentionPart> parts(s.batch * splits);
+  out.assign(s.batch * rows * s.d_v, 0.0f);
+
+  // Q in latent space, per head over the whole batch so W_UK is read once:
+  // q_lat(b, s, h) = scale · (q_nope(b, s, h) · W_UK[h], q_rope(b, s, h)). The product
+  // broadcasts each q_nope value against rows of W_UK, like the attention output.
+  parallel_for(heads, threads, [&](std::uint64_t h, unsigned /*worker*/) {
+    std::size_t stride = whole_vectors(batch_rows);
+    std::vector<float> q_nope_t(s.d_nope * stride); // [n][(b, s)]
+    std::vector<float> ones(batch_rows, 1.0f);
+    for (std::size_t i = 0; i < batch_rows; ++i) {
+      const float* q = in.q.data() + (i * heads + h) * qk;
+      float* q_row = q_lat.data() + (i * heads + h) * latent;
+      for (std::size_t n = 0; n < s.d_nope; ++n) {
+        q_nope_t[n * stride + i] = scale * q[n];
+      }
+      for (std::size_t r = 0; r < s.d_r; ++r) {
+        q_row[s.d_c + r] = scale * q[s.d_nope + r];
       }
     }
-    q_lat *= scale;
-    // One pass over the pages with an online softmax: each page is read once, and every head
-    // attends it in one GEMM (the 576-wide latent is shared by all heads).
-    Eigen::Index rows_q = S * H;
-    Eigen::VectorXf running_max = Eigen::VectorXf::Constant(rows_q, -INFINITY);
-    Eigen::VectorXf running_sum = Eigen::VectorXf::Zero(rows_q);
-    Eigen::VectorXf new_max(rows_q);
-    Eigen::VectorXf rescale(rows_q);
-    RowMatrix o_lat = RowMatrix::Zero(rows_q, dc);
-    // Page by page, straight from the cache: a 64-token page (147 KB in fp32) stays in the L2
-    // between the score GEMM and the output GEMM, so DRAM sees each cached byte once.
-    RowMatrix scores(rows_q, static_cast<Eigen::Index>(s.block));
-    for (std::uint64_t p = 0; p < pages; ++p) {
-      auto rows = static_cast<Eigen::Index>(std::min(s.block, s.context - p * s.block));
-      ConstMap tokens(in.cache.data() + in.block_table[b * pages + p] * s.block *
-                                            static_cast<std::uint64_t>(width),
-                      rows, width);
-      auto sc = scores.leftCols(rows);
-      sc.noalias() = q_lat * tokens.transpose();
-      new_max = running_max.cwiseMax(sc.rowwise().maxCoeff());
-      rescale = (running_max - new_max).array().exp();
-      sc = (sc.colwise() - new_max).array().exp();
-      running_sum = running_sum.cwiseProduct(rescale) + sc.rowwise().sum();
-      o_lat = rescale.asDiagonal() * o_lat;
-      o_lat.noalias() += sc * tokens.leftCols(dc);
-      running_max = new_max;
-    }
-    o_lat = running_sum.cwiseInverse().asDiagonal() * o_lat;
-    for (Eigen::Index si = 0; si < S; ++si) {
-      for (Eigen::Index h = 0; h < H; ++h) {
-        ConstMap w_uv(in.w_uv.data() + static_cast<std::uint64_t>(h) * s.d_v * s.d_c, dv, dc);
-        Eigen::Map<Eigen::RowVectorXf> o(out.data() + d.row(b, si, h) * s.d_v, dv);
-        o = o_lat.row(si * H + h) * w_uv.transpose();
+    tiles::weighted_sum(tiles::Weights{q_nope_t.data(), stride, 1}, ones.data(), batch_rows,
+                        Block<Bf16>{in.w_uk.data() + h * s.d_nope * s.d_c, s.d_c}, s.d_nope, s.d_c,
+                        q_lat.data() + h * latent, heads * latent);
+  });
+
+  // Writes the normalised latent output of sequence b's rows, merging its splits.
+  auto merge = [&](std::uint64_t b) {
+    std::vector<float> weights(splits);
+    for (std::size_t r = 0; r < rows; ++r) {
+      float peak = -INFINITY;
+      for (std::uint64_t k = 0; k < splits; ++k) {
+        peak = std::max(peak, parts[b * splits + k].maximum[r]);
+      }
+      float total = 0;
+      for (std::uint64_t k = 0; k < splits; ++k) {
+        const AttentionPart& part = parts[b * splits + k];
+        weights[k] = std::exp(part.maximum[r] - peak);
+        total += weights[k] * part.sum[r];
+      }
+      float* o = o_lat.data() + (b * rows + r) * s.d_c;
+      for (std::size_t x = 0; x < s.d_c; ++x) {
+        float value = 0;
+        for (std::uint64_t k = 0; k < splits; ++k) {
+          value += weights[k] * parts[b * splits + k].o_lat[r * s.d_c + x];
+        }
+        o[x] = value / total;
       }
     }
+  };
+
+  parallel_for(s.batch * splits, threads, [&](std::uint64_t item, unsigned /*worker*/) {
+    std::uint64_t b = item / splits;
+    std::uint64_t split = item % splits;
+    AttentionPart& part = parts[item];
+    part.wide = rows >= lanes;
+    part.stride = whole_vectors(rows);
+    const float* q_rows = q_lat.data() + b * rows * latent;
+    if (part.wide) {
+      part.query.assign(latent * part.stride, 0.0f);
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t x = 0; x < latent; ++x) {
+          part.query[x * part.stride + r] = q_rows[r * latent + x];
+        }
+      }
+    } else {
+      part.query.assign(q_rows, q_rows + rows * latent);
+    }
+    part.o_lat.assign(rows * s.d_c, 0.0f);
+    part.maximum.assign(part.stride, -INFINITY);
+    part.sum.assign(part.stride, 0.0f);
+    std::vector<float> scores(s.block * part.stride, 0.0f); // the scores, then the weights
+    std::vector<float> rescale(part.stride);
+    std::vector<float> widened(part.wide ? s.block * latent : 0); // the page in fp32
+    // One pass over this split's pages with an online softmax, each page read from DRAM once
+    // (a page, 74 KB in bf16, stays in the L2 between its scores and its output) while the
+    // next page is fetched, and every head sharing the read.
+    std::uint64_t first = pages * split / splits;
+    std::uint64_t last = pages * (split + 1) / splits;
+    auto page_at = [&](std::uint64_t p) {
+      return in.cache.data() + in.block_table[b * pages + p] * s.block * latent;
+    };
+    for (std::uint64_t p = first; p < last; ++p) {
+      std::size_t tokens = std::min(s.block, s.context - p * s.block);
+      const Bf16* next = p + 1 < last ? page_at(p + 1) : nullptr;
+      if (part.wide) {
+        // Compute-bound: widen the page once, then the broadcast tiles read fp32.
+        tiles::widen_all(page_at(p), tokens * latent, widened.data());
+        Block<float> page{widened.data(), latent};
+        tiles::wide_scores(Block<float>{part.query.data(), part.stride}, latent, page, tokens,
+                           scores.data(), next, latent);
+        tiles::online_softmax(scores.data(), part.stride, tokens, part.maximum.data(),
+                              part.sum.data(), rescale.data());
+        tiles::weighted_sum(tiles::Weights{scores.data(), part.stride, 1}, rescale.data(), rows,
+                            page, tokens, s.d_c, part.o_lat.data(), s.d_c);
+      } else {
+        // Memory-bound: the tiles read the bf16 page as it is.
+        Block<Bf16> page{page_at(p), latent};
+        // Scores row-major here, S[row][t], so the softmax runs along the tokens.
+        tiles::dot_products(Block<float>{part.query.data(), latent}, rows, page, tokens, latent,
+                            scores.data(), 1, s.block, next);
+        tiles::online_softmax_rows(scores.data(), s.block, rows, tokens, part.maximum.data(),
+                                   part.sum.data(), rescale.data());
+        tiles::weighted_sum(tiles::Weights{scores.data(), 1, s.block}, rescale.data(), rows, page,
+                            tokens, s.d_c, part.o_lat.data(), s.d_c);
+      }
+    }
+    if (splits == 1) {
+      merge(b);
+    }
+  });
+  if (splits > 1) {
+    parallel_for(s.batch, threads, [&](std::uint64_t b, unsigned /*worker*/) { merge(b); });
+  }
+
+  // W_UV after, per head over the whole batch: out(b, s, h)[v] = o_lat(b, s, h) · W_UV[h][v].
+  parallel_for(heads, threads, [&](std::uint64_t h, unsigned /*worker*/) {
+    tiles::dot_products(Block<float>{o_lat.data() + h * s.d_c, heads * s.d_c}, batch_rows,
+                        Block<Bf16>{in.w_uv.data() + h * s.d_v * s.d_c, s.d_c}, s.d_v, s.d_c,
+                        out.data() + h * s.d_v, 1, heads * s.d_v,
+                        static_cast<const Bf16*>(nullptr));
   });
 }
 
@@ -227,23 +316,30 @@ void mla_decode_naive(const MlaInputs& in, MlaOutput& out, unsigned threads) {
   check(in);
   const MlaShape& s = in.shape;
   const Dims d(s);
-  auto [S, dc, dr, dn, dv, qk] = std::tuple{d.S, d.dc, d.dr, d.dn, d.dv, d.qk};
+  const Eigen::Index S = d.S, dc = d.dc, dr = d.dr, dn = d.dn, dv = d.dv, qk = d.qk;
   float scale = d.scale;
   out.assign(s.batch * s.query * s.heads * s.d_v, 0.0f);
   // Threads over sequences × heads; each decompresses its own head's K and V.
-  parallel_for(s.batch * s.heads, threads, [&](std::uint64_t task) {
+  // Each thread keeps the last sequence it gathered: tasks come in order, so it gathers each
+  // sequence about once.
+  threads = std::max(1u, threads);
+  std::vector<RowMatrix> latents(threads);
+  std::vector<std::uint64_t> gathered(threads, UINT64_MAX);
+  // The weights widened to fp32 once, for Eigen.
+  std::vector<float> w_uk_f(in.w_uk.size());
+  std::vector<float> w_uv_f(in.w_uv.size());
+  tiles::widen_all(in.w_uk.data(), in.w_uk.size(), w_uk_f.data());
+  tiles::widen_all(in.w_uv.data(), in.w_uv.size(), w_uv_f.data());
+  parallel_for(s.batch * s.heads, threads, [&](std::uint64_t task, unsigned worker) {
     std::uint64_t b = task / s.heads;
     auto h = static_cast<Eigen::Index>(task % s.heads);
-    thread_local RowMatrix latent;
-    thread_local std::uint64_t gathered = UINT64_MAX;
-    thread_local const MlaInputs* source = nullptr;
-    if (gathered != b || source != &in) {
+    RowMatrix& latent = latents[worker];
+    if (gathered[worker] != b) {
       gather(in, b, latent);
-      gathered = b;
-      source = &in;
+      gathered[worker] = b;
     }
-    ConstMap w_uk(in.w_uk.data() + static_cast<std::uint64_t>(h) * s.d_nope * s.d_c, dn, dc);
-    ConstMap w_uv(in.w_uv.data() + static_cast<std::uint64_t>(h) * s.d_v * s.d_c, dv, dc);
+    ConstMap w_uk(w_uk_f.data() + static_cast<std::uint64_t>(h) * s.d_nope * s.d_c, dn, dc);
+    ConstMap w_uv(w_uv_f.data() + static_cast<std::uint64_t>(h) * s.d_v * s.d_c, dv, dc);
     RowMatrix k_nope = latent.leftCols(dc) * w_uk.transpose(); // [t][d_nope]
     RowMatrix v = latent.leftCols(dc) * w_uv.transpose();      // [t][d_v]
     RowMatrix q(S, qk);
@@ -281,24 +377,24 @@ std::vector<double> mla_decode_reference(const MlaInputs& in, std::uint64_t sequ
     for (std::uint64_t si = 0; si < s.query; ++si) {
       for (std::uint64_t h = 0; h < s.heads; ++h) {
         const float* q = in.q.data() + ((b * s.query + si) * s.heads + h) * qk;
-        const float* w_uk = in.w_uk.data() + h * s.d_nope * s.d_c;
-        const float* w_uv = in.w_uv.data() + h * s.d_v * s.d_c;
+        const std::uint16_t* w_uk = in.w_uk.data() + h * s.d_nope * s.d_c;
+        const std::uint16_t* w_uv = in.w_uv.data() + h * s.d_v * s.d_c;
         // k_nope(t) · q_nope = (W_UK c_t) · q_nope = c_t · (W_UKᵀ q_nope): exact in double.
         std::fill(q_lat.begin(), q_lat.end(), 0.0);
         for (std::uint64_t n = 0; n < s.d_nope; ++n) {
           for (std::uint64_t j = 0; j < s.d_c; ++j) {
-            q_lat[j] += static_cast<double>(q[n]) * w_uk[n * s.d_c + j];
+            q_lat[j] += static_cast<double>(q[n]) * bf16_value(w_uk[n * s.d_c + j]);
           }
         }
         double peak = -std::numeric_limits<double>::infinity();
         for (std::uint64_t t = 0; t < s.context; ++t) {
-          const float* c = row(t);
+          const std::uint16_t* c = row(t);
           double dot = 0;
           for (std::uint64_t j = 0; j < s.d_c; ++j) {
-            dot += q_lat[j] * c[j];
+            dot += q_lat[j] * bf16_value(c[j]);
           }
           for (std::uint64_t r = 0; r < s.d_r; ++r) {
-            dot += static_cast<double>(q[s.d_nope + r]) * c[s.d_c + r];
+            dot += static_cast<double>(q[s.d_nope + r]) * bf16_value(c[s.d_c + r]);
           }
           scores[t] = dot * scale;
           peak = std::max(peak, scores[t]);
@@ -310,16 +406,16 @@ std::vector<double> mla_decode_reference(const MlaInputs& in, std::uint64_t sequ
         }
         std::fill(o_lat.begin(), o_lat.end(), 0.0);
         for (std::uint64_t t = 0; t < s.context; ++t) {
-          const float* c = row(t);
+          const std::uint16_t* c = row(t);
           double p = scores[t] / sum;
           for (std::uint64_t j = 0; j < s.d_c; ++j) {
-            o_lat[j] += p * c[j];
+            o_lat[j] += p * bf16_value(c[j]);
           }
         }
         double* o = out.data() + ((b * s.query + si) * s.heads + h) * s.d_v;
         for (std::uint64_t v = 0; v < s.d_v; ++v) {
           for (std::uint64_t j = 0; j < s.d_c; ++j) {
-            o[v] += static_cast<double>(w_uv[v * s.d_c + j]) * o_lat[j];
+            o[v] += static_cast<double>(bf16_value(w_uv[v * s.d_c + j])) * o_lat[j];
           }
         }
       }

@@ -21,14 +21,16 @@ struct MlaShape {
   double softmax_scale = 0; ///< 0: 1/√(d_nope + d_r)
 };
 
-/// Inputs of one step, every value already rounded to bf16 and stored as float.
+/// Inputs of one step. The cache and the weights are bf16, as a serving engine stores them
+/// (the bits: the upper half of an fp32 value); the query is fp32 holding bf16-rounded values.
+/// The kernels widen bf16 to fp32 as they load it and accumulate in fp32.
 struct MlaInputs {
   MlaShape shape;
-  std::vector<float> q;     ///< [batch][query][heads][d_nope + d_r]
-  std::vector<float> cache; ///< [pages][block][d_c + d_r]; tails past `context` hold NaN
+  std::vector<float> q;             ///< [batch][query][heads][d_nope + d_r]
+  std::vector<std::uint16_t> cache; ///< [pages][block][d_c + d_r]; tails past `context` are NaN
   std::vector<std::uint32_t> block_table; ///< [batch][pages per sequence] → page
-  std::vector<float> w_uk; ///< [heads][d_nope][d_c]: latent → per-head key (nope part)
-  std::vector<float> w_uv; ///< [heads][d_v][d_c]: latent → per-head value
+  std::vector<std::uint16_t> w_uk; ///< [heads][d_nope][d_c]: latent → per-head key (nope part)
+  std::vector<std::uint16_t> w_uv; ///< [heads][d_v][d_c]: latent → per-head value
   [[nodiscard]] std::uint64_t pages_per_sequence() const;
 };
 
@@ -68,6 +70,10 @@ inline constexpr double k_rel_bar = 2.01 / 128; ///< FlashMLA's relative bar
 [[nodiscard]] Agreement compare(const std::vector<float>& got, const std::vector<double>& want,
                                 double abs_bar = k_abs_bar, double rel_bar = k_rel_bar);
 
+/// The bf16 nearest to v (ties to even; a NaN stays a NaN), as its bits.
+[[nodiscard]] std::uint16_t bf16_bits(float v);
+/// The value of bf16 bits, exactly.
+[[nodiscard]] float bf16_value(std::uint16_t bits);
 /// Rounds to the nearest bf16 value (ties to even), kept as a float.
 [[nodiscard]] float round_bf16(float v);
 

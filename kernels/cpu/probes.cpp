@@ -1,11 +1,13 @@
 #include "probes.hpp"
 
+#include "simd.hpp"
+#include "thread_pool.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <Eigen/Dense>
@@ -20,15 +22,11 @@ double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+/// Runs body(t) once on each of `threads` pool threads; the seconds until all are done.
 template <class Body> double timed_parallel(unsigned threads, Body&& body) {
-  std::vector<std::thread> pool;
   auto start = Clock::now();
-  for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] { body(t); });
-  }
-  for (auto& th : pool) {
-    th.join();
-  }
+  parallel_for(threads, threads,
+               [&](std::uint64_t t, unsigned /*worker*/) { body(static_cast<unsigned>(t)); });
   return since(start);
 }
 
@@ -107,31 +105,33 @@ BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned thread
 }
 
 double measure_fma_flops(unsigned threads, double seconds_per_thread) {
-  constexpr int k_lanes = 64; // independent chains, enough to fill the FMA pipes
+  // Independent chains of vector multiply-adds, enough to cover the FMA latency on every pipe
+  // (two pipes × four or five cycles), in the widest vectors the kernels were built for.
+  constexpr int k_chains = 12;
   std::atomic<std::uint64_t> iterations{0};
   std::vector<float> sink(threads, 0.0f);
   double elapsed = timed_parallel(threads, [&](unsigned t) {
-    float acc[k_lanes];
-    for (int i = 0; i < k_lanes; ++i) {
-      acc[i] = 1.0f + static_cast<float>(i) * 1e-3f;
+    simd::Vec acc[k_chains];
+    for (int i = 0; i < k_chains; ++i) {
+      acc[i] = simd::splat(1.0f + static_cast<float>(i) * 1e-3f);
     }
-    const float mul = 0.999999f;
-    const float add = 1e-7f;
+    const simd::Vec mul = simd::splat(0.999999f);
+    const simd::Vec add = simd::splat(1e-7f);
     std::uint64_t done = 0;
     auto start = Clock::now();
     while (since(start) < seconds_per_thread) {
       for (int rep = 0; rep < 4096; ++rep) {
-        for (int i = 0; i < k_lanes; ++i) {
+        for (int i = 0; i < k_chains; ++i) {
           acc[i] = acc[i] * mul + add;
         }
       }
       done += 4096;
     }
-    float s = 0;
-    for (float v : acc) {
-      s += v;
+    simd::Vec total{};
+    for (const simd::Vec& v : acc) {
+      total += v;
     }
-    sink[t] = s;
+    sink[t] = simd::sum(total);
     iterations += done;
   });
   float keep = 0;
@@ -140,7 +140,7 @@ double measure_fma_flops(unsigned threads, double seconds_per_thread) {
   }
   volatile float observed = keep;
   (void)observed;
-  return 2.0 * k_lanes * static_cast<double>(iterations.load()) / elapsed;
+  return 2.0 * k_chains * simd::k_lanes * static_cast<double>(iterations.load()) / elapsed;
 }
 
 double measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats) {

@@ -77,7 +77,7 @@ public:
     return cpu_model() + " (" + std::to_string(m_threads) + " threads)";
   }
   [[nodiscard]] unsigned threads() const override { return m_threads; }
-  [[nodiscard]] double bytes_per_element() const override { return 4; } // bf16 values in fp32
+  [[nodiscard]] double bytes_per_element() const override { return 2; } // bf16 cache and weights
 
   [[nodiscard]] ProbeResults probe(bool quick) override {
     ProbeResults p;

@@ -1,9 +1,15 @@
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
 
+#include <cpu/attention_tiles.hpp>
 #include <cpu/mla_decode.hpp>
 #include <cpu/probes.hpp>
+#include <cpu/thread_pool.hpp>
 #include <cuda/mla_values.hpp>
 
 using namespace kvcalc::kernels;
@@ -46,6 +52,85 @@ TEST_CASE("both MLA decode kernels match the double reference", "[kernels][mla]"
     std::vector<double> absorbed_as_double(absorbed.begin(), absorbed.end());
     CHECK(compare(naive, absorbed_as_double).cos_diff <= 1e-5);
   }
+}
+
+TEST_CASE("the absorbed kernel's tiles cover every shape remainder and split", "[kernels][mla]") {
+  // Rows of a sequence (heads × query) below, at and above one vector (the dot and the broadcast
+  // tiles), tiles cut short in rows, tokens and columns, a latent width that is not a whole
+  // number of vectors, short pages, and more threads than sequences (split-KV).
+  struct Case {
+    std::uint64_t batch, heads, query, context, d_c, d_r, block;
+    unsigned threads;
+  };
+  for (const Case& c : {Case{2, 16, 1, 200, 512, 64, 64, 2}, Case{1, 20, 1, 130, 512, 64, 64, 4},
+                        Case{3, 5, 3, 37, 40, 8, 16, 2}, Case{1, 1, 1, 300, 512, 64, 64, 3},
+                        Case{2, 33, 2, 70, 72, 8, 32, 5}, Case{5, 7, 1, 1, 24, 4, 8, 2}}) {
+    INFO("batch " << c.batch << " heads " << c.heads << " query " << c.query << " context "
+                  << c.context << " d_c " << c.d_c << " d_r " << c.d_r << " block " << c.block
+                  << " threads " << c.threads);
+    MlaShape shape;
+    shape.batch = c.batch;
+    shape.heads = c.heads;
+    shape.query = c.query;
+    shape.context = c.context;
+    shape.d_c = c.d_c;
+    shape.d_r = c.d_r;
+    shape.d_nope = 16;
+    shape.d_v = 24;
+    shape.block = c.block;
+    MlaInputs in = make_mla_inputs(shape, 11);
+    std::vector<double> ref = mla_decode_reference(in);
+    MlaOutput absorbed;
+    mla_decode_absorbed(in, absorbed, c.threads);
+    REQUIRE(absorbed.size() == ref.size());
+    Agreement a = compare(absorbed, ref);
+    CHECK(a.finite);
+    CHECK(a.cos_diff <= 1e-5);
+    CHECK(a.elements_over_bar == 0);
+    MlaOutput naive;
+    mla_decode_naive(in, naive, c.threads);
+    CHECK(compare(naive, ref).elements_over_bar == 0);
+  }
+}
+
+TEST_CASE("bf16 bits: nearest with ties to even, NaN kept, widened exactly", "[kernels]") {
+  CHECK(bf16_bits(1.0f) == 0x3F80);
+  CHECK(bf16_bits(-2.0f) == 0xC000);
+  CHECK(bf16_bits(1.0f + 1.0f / 256) == 0x3F80); // halfway: to even
+  CHECK(bf16_bits(1.0f + 3.0f / 256) == 0x3F82); // halfway: up to even
+  CHECK(std::isnan(bf16_value(bf16_bits(NAN))));
+  CHECK(bf16_value(0x4049) == 3.140625f);
+  // The vector widening in the kernels agrees with the scalar one on every bit pattern.
+  std::vector<std::uint16_t> all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    all[i] = static_cast<std::uint16_t>(i);
+  }
+  std::vector<float> wide(all.size() + 3);
+  kvcalc::kernels::tiles::widen_all(all.data() + 3, all.size() - 3, wide.data()); // unaligned
+  for (std::size_t i = 3; i < all.size(); ++i) {
+    float want = bf16_value(all[i]);
+    if (std::isnan(want)) {
+      REQUIRE(std::isnan(wide[i - 3]));
+    } else {
+      REQUIRE(std::memcmp(&wide[i - 3], &want, sizeof want) == 0);
+    }
+  }
+}
+
+TEST_CASE("the kernels' vector exp is within a few ulp of std::exp", "[kernels]") {
+  namespace simd = kvcalc::kernels::simd;
+  double worst = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
+    float got = simd::exp(simd::splat(x))[0];
+    double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(got - want) / want);
+  }
+  CHECK(worst < 4 * 1.2e-7); // a few ulp of fp32
+  CHECK(simd::exp(simd::splat(0.0f))[0] == 1.0f);
+  float tiny = simd::exp(simd::splat(-INFINITY))[0]; // the online softmax's first rescale
+  CHECK(tiny >= 0.0f);
+  CHECK(tiny < 1e-37f);
+  CHECK(std::isnan(simd::exp(simd::splat(NAN))[0]));
 }
 
 TEST_CASE("reading a NaN-filled page tail never passes", "[kernels][mla]") {
@@ -126,4 +211,43 @@ TEST_CASE("the CUDA test data generator is reproducible bf16 with the asked vari
         mla_value_bits(1, MlaTensor::w_uk, 5, 1.0f));
   CHECK(mla_value_bits(1, MlaTensor::query, 5, 1.0f) !=
         mla_value_bits(2, MlaTensor::query, 5, 1.0f));
+}
+
+TEST_CASE("the kernel thread pool runs every index once, on numbered threads", "[kernels][pool]") {
+  // Many short jobs with changing thread counts: a worker that missed or repeated a job would
+  // leave an index unrun, run one twice, or hang the next call.
+  for (int round = 0; round < 300; ++round) {
+    for (unsigned threads : {1u, 2u, 3u, 5u}) {
+      for (std::uint64_t count : {0ULL, 1ULL, 2ULL, 7ULL, 64ULL}) {
+        std::vector<std::atomic<int>> runs(count);
+        std::atomic<bool> worker_in_range{true};
+        kvcalc::kernels::parallel_for(count, threads, [&](std::uint64_t i, unsigned worker) {
+          runs[i].fetch_add(1);
+          if (worker >= threads) {
+            worker_in_range = false;
+          }
+        });
+        for (std::uint64_t i = 0; i < count; ++i) {
+          REQUIRE(runs[i].load() == 1);
+        }
+        REQUIRE(worker_in_range.load());
+      }
+    }
+  }
+}
+
+TEST_CASE("an exception in a pool task reaches the caller, and the pool goes on",
+          "[kernels][pool]") {
+  std::atomic<int> done{0};
+  auto failing = [&](std::uint64_t i, unsigned /*worker*/) {
+    if (i == 3) {
+      throw std::runtime_error("task 3 failed");
+    }
+    done.fetch_add(1);
+  };
+  CHECK_THROWS_WITH(kvcalc::kernels::parallel_for(10, 2, failing), "task 3 failed");
+  CHECK(done.load() == 9); // the other tasks still ran
+  std::atomic<int> after{0};
+  kvcalc::kernels::parallel_for(10, 2, [&](std::uint64_t, unsigned) { after.fetch_add(1); });
+  CHECK(after.load() == 10);
 }
