@@ -20,6 +20,7 @@
 #include "simd.hpp"
 
 namespace kvcalc::kernels::tiles {
+inline namespace KVCALC_SIMD_ISA {
 
 using Bf16 = std::uint16_t; ///< the upper half of an fp32 value
 
@@ -328,4 +329,5 @@ inline void widen_all(const Bf16* from, std::size_t count, float* to) {
   }
 }
 
+} // namespace KVCALC_SIMD_ISA
 } // namespace kvcalc::kernels::tiles

@@ -11,7 +11,26 @@
 #include <immintrin.h>
 #endif
 
+// Everything here and in the headers built on it lives in a namespace named after the
+// instruction set, so translation units compiled for different ones (the kernels for
+// KVCALC_CPU_ARCH, a test at the baseline) never share an inline function whose vector type,
+// and so calling convention, differs.
+#if defined(__AVX512F__)
+#define KVCALC_SIMD_ISA isa_avx512
+#elif defined(__AVX2__) && defined(__FMA__)
+#define KVCALC_SIMD_ISA isa_avx2
+#elif defined(__AVX__)
+#define KVCALC_SIMD_ISA isa_avx
+#elif defined(__aarch64__)
+#define KVCALC_SIMD_ISA isa_neon
+#elif defined(__SSE2__)
+#define KVCALC_SIMD_ISA isa_sse2
+#else
+#define KVCALC_SIMD_ISA isa_generic
+#endif
+
 namespace kvcalc::kernels::simd {
+inline namespace KVCALC_SIMD_ISA {
 
 #if defined(__AVX512F__)
 inline constexpr int k_lanes = 16;
@@ -147,4 +166,5 @@ inline float max_lane(Vec v) {
   return best;
 }
 
+} // namespace KVCALC_SIMD_ISA
 } // namespace kvcalc::kernels::simd
