@@ -71,6 +71,27 @@ template <class T> inline void fetch_line(const T* row, std::size_t x) {
   }
 }
 
+/// Fetches a block of memory (the next page) a few cache lines at a time, paced by the steps of
+/// the work that runs meanwhile.
+class Fetcher {
+public:
+  Fetcher() = default;
+  /// `bytes` from `data` in `steps` calls of step().
+  Fetcher(const void* data, std::size_t bytes, std::size_t steps)
+      : m_at(static_cast<const char*>(data)), m_end(m_at + bytes),
+        m_lines((bytes / k_line + steps) / std::max<std::size_t>(steps, 1)) {}
+  void step() {
+    for (std::size_t i = 0; i < m_lines && m_at < m_end; ++i, m_at += k_line) {
+      __builtin_prefetch(m_at, 0, 3);
+    }
+  }
+
+private:
+  const char* m_at = nullptr;
+  const char* m_end = nullptr;
+  std::size_t m_lines = 0;
+};
+
 /// Calls `body(std::integral_constant<std::size_t, n>{})` for a run-time 1 ≤ n ≤ Max: the
 /// remainder of a tiled loop gets a tile of exactly its size.
 template <std::size_t Max, class Body> void with_size(std::size_t n, Body&& body) {
@@ -170,18 +191,54 @@ void dot_tile(Block<float> q, Block<T> k, std::size_t width, float* c, std::size
   }
 }
 
+#if KVCALC_SIMD_BF16_PAIRS
+/// The same with a bf16 query: each step multiplies a cache line of bf16 pairs (32 values) by
+/// the query's with one vdpbf16ps, instead of widening 16 values at a time to fp32.
+template <std::size_t Rows, std::size_t Tokens>
+void dot_tile(Block<Bf16> q, Block<Bf16> k, std::size_t width, float* c, std::size_t c_token,
+              std::size_t c_row, const Bf16* next) {
+  constexpr std::size_t step = 2 * k_lanes;
+  simd::Vec acc[Rows][Tokens] = {};
+  std::size_t full = width / step * step;
+  for (std::size_t x = 0; x < full; x += step) {
+    simd::Pairs qv[Rows];
+    for (std::size_t i = 0; i < Rows; ++i) {
+      qv[i] = simd::load_pairs(q.row(i) + x);
+    }
+    for (std::size_t j = 0; j < Tokens; ++j) {
+      simd::Pairs kv = simd::load_pairs(k.row(j) + x);
+      if (next != nullptr) {
+        fetch_line(next + j * k.stride, x);
+      }
+      for (std::size_t i = 0; i < Rows; ++i) {
+        acc[i][j] = simd::dot_pairs(acc[i][j], qv[i], kv);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < Rows; ++i) {
+    for (std::size_t j = 0; j < Tokens; ++j) {
+      float dot = simd::sum(acc[i][j]);
+      for (std::size_t x = full; x < width; ++x) {
+        dot += widen(q.row(i)[x]) * widen(k.row(j)[x]);
+      }
+      c[j * c_token + i * c_row] = dot;
+    }
+  }
+}
+#endif
+
 /// C(i, j) = A[i] · B[j] over `width` values for `rows` rows of A and `count` rows of B, stored
 /// at c[j·c_token + i·c_row]: token tiles outside, so each tile of B is reused from L1 by every
-/// row tile. `next`, when not null, is a block shaped like B, fetched meanwhile.
-template <class T>
-void dot_products(Block<float> a, std::size_t rows, Block<T> b, std::size_t count,
-                  std::size_t width, float* c, std::size_t c_token, std::size_t c_row,
-                  const T* next) {
+/// row tile. `next`, when not null, is a block shaped like B, fetched meanwhile. A is fp32, or
+/// bf16 where the build has bf16 pair dot products (KVCALC_SIMD_BF16_PAIRS) and B is bf16.
+template <class A, class T>
+void dot_products(Block<A> a, std::size_t rows, Block<T> b, std::size_t count, std::size_t width,
+                  float* c, std::size_t c_token, std::size_t c_row, const T* next) {
   for (std::size_t t0 = 0; t0 < count; t0 += k_dot_tokens) {
     Block<T> k{b.row(t0), b.stride};
     with_size<k_dot_tokens>(std::min(k_dot_tokens, count - t0), [&](auto nt) {
       for (std::size_t r0 = 0; r0 < rows; r0 += k_dot_rows) {
-        Block<float> ar{a.row(r0), a.stride};
+        Block<A> ar{a.row(r0), a.stride};
         float* out = c + t0 * c_token + r0 * c_row;
         const T* ahead = r0 == 0 && next != nullptr ? next + t0 * b.stride : nullptr;
         with_size<k_dot_rows>(std::min(k_dot_rows, rows - r0), [&](auto nr) {
@@ -204,7 +261,7 @@ struct Weights {
 /// O[i][x] = O[i][x] · rescale[i] + Σ_t P(t, i) · V[t][x] over a Rows × Vectors·lanes tile.
 template <std::size_t Rows, std::size_t Vectors, class T>
 void weighted_sum_tile(Weights p, const float* rescale, Block<T> v, std::size_t tokens, float* o,
-                       std::size_t o_stride) {
+                       std::size_t o_stride, Fetcher& fetch) {
   simd::Vec acc[Rows][Vectors];
   for (std::size_t i = 0; i < Rows; ++i) {
     for (std::size_t c = 0; c < Vectors; ++c) {
@@ -212,6 +269,7 @@ void weighted_sum_tile(Weights p, const float* rescale, Block<T> v, std::size_t 
     }
   }
   for (std::size_t t = 0; t < tokens; ++t) {
+    fetch.step();
     simd::Vec vv[Vectors];
     for (std::size_t c = 0; c < Vectors; ++c) {
       vv[c] = load(v.row(t) + c * k_lanes);
@@ -232,11 +290,16 @@ void weighted_sum_tile(Weights p, const float* rescale, Block<T> v, std::size_t 
 
 /// O = diag(rescale) · O + Pᵀ · V for `rows` rows of `width` columns: column chunks outside,
 /// so each chunk of V is reused from L1 by every row tile; the last columns short of a vector
-/// are done one by one.
+/// are done one by one. `next_bytes` from `next` (the next page; none when null) are fetched
+/// over the whole pass: V is in the L2 by now, so the fetches do not queue behind its misses.
 template <class T>
 void weighted_sum(Weights p, const float* rescale, std::size_t rows, Block<T> v, std::size_t tokens,
-                  std::size_t width, float* o, std::size_t o_stride) {
+                  std::size_t width, float* o, std::size_t o_stride, const void* next = nullptr,
+                  std::size_t next_bytes = 0) {
   std::size_t vectors = width / k_lanes;
+  std::size_t steps = (vectors + k_out_vectors - 1) / k_out_vectors *
+                      ((rows + k_out_rows - 1) / k_out_rows) * tokens;
+  Fetcher fetch = next != nullptr ? Fetcher(next, next_bytes, steps) : Fetcher();
   for (std::size_t c0 = 0; c0 < vectors; c0 += k_out_vectors) {
     Block<T> vc{v.data + c0 * k_lanes, v.stride};
     with_size<k_out_vectors>(std::min(k_out_vectors, vectors - c0), [&](auto nc) {
@@ -245,7 +308,7 @@ void weighted_sum(Weights p, const float* rescale, std::size_t rows, Block<T> v,
         float* out = o + r0 * o_stride + c0 * k_lanes;
         with_size<k_out_rows>(std::min(k_out_rows, rows - r0), [&](auto nr) {
           weighted_sum_tile<decltype(nr)::value, decltype(nc)::value>(pr, rescale + r0, vc, tokens,
-                                                                      out, o_stride);
+                                                                      out, o_stride, fetch);
         });
       }
     });

@@ -29,6 +29,13 @@
 #define KVCALC_SIMD_ISA isa_generic
 #endif
 
+/// 1 when the build has a bf16 pair dot product (AVX512-BF16's vdpbf16ps).
+#if defined(__AVX512BF16__)
+#define KVCALC_SIMD_BF16_PAIRS 1
+#else
+#define KVCALC_SIMD_BF16_PAIRS 0
+#endif
+
 namespace kvcalc::kernels::simd {
 inline namespace KVCALC_SIMD_ISA {
 
@@ -137,6 +144,20 @@ inline Vec exp(Vec x) {
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
 }
+
+#if KVCALC_SIMD_BF16_PAIRS
+/// 2 · k_lanes bf16 values: lane i holds elements 2i and 2i + 1.
+using Pairs = __m512bh;
+inline Pairs load_pairs(const std::uint16_t* p) {
+  Pairs v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+/// acc + a[2i]·b[2i] + a[2i+1]·b[2i+1] in each fp32 lane i (products exact, fp32 sums).
+inline Vec dot_pairs(Vec acc, Pairs a, Pairs b) {
+  return std::bit_cast<Vec>(_mm512_dpbf16_ps(std::bit_cast<__m512>(acc), a, b));
+}
+#endif
 
 /// The sum of the lanes, adding the upper half to the lower half until one lane is left.
 template <int Lanes> struct VecOf {
