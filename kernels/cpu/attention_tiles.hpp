@@ -158,10 +158,10 @@ void wide_scores(Block<float> qt, std::size_t width, Block<float> page, std::siz
 }
 
 /// C(i, j) = q[i] · K[j] over `width` values, for a Rows × Tokens tile, stored at
-/// c[j·c_token + i·c_row]; `next` as above.
+/// c[j·c_token + i·c_row].
 template <std::size_t Rows, std::size_t Tokens, class T>
 void dot_tile(Block<float> q, Block<T> k, std::size_t width, float* c, std::size_t c_token,
-              std::size_t c_row, const T* next) {
+              std::size_t c_row) {
   simd::Vec acc[Rows][Tokens] = {};
   std::size_t full = width / k_lanes * k_lanes;
   for (std::size_t x = 0; x < full; x += k_lanes) {
@@ -169,12 +169,8 @@ void dot_tile(Block<float> q, Block<T> k, std::size_t width, float* c, std::size
     for (std::size_t i = 0; i < Rows; ++i) {
       qv[i] = simd::load(q.row(i) + x);
     }
-    bool fetch = next != nullptr && (x * sizeof(T)) % k_line == 0;
     for (std::size_t j = 0; j < Tokens; ++j) {
       simd::Vec kv = load(k.row(j) + x);
-      if (fetch) {
-        __builtin_prefetch(next + j * k.stride + x, 0, 3);
-      }
       for (std::size_t i = 0; i < Rows; ++i) {
         acc[i][j] += qv[i] * kv;
       }
@@ -196,7 +192,7 @@ void dot_tile(Block<float> q, Block<T> k, std::size_t width, float* c, std::size
 /// the query's with one vdpbf16ps, instead of widening 16 values at a time to fp32.
 template <std::size_t Rows, std::size_t Tokens>
 void dot_tile(Block<Bf16> q, Block<Bf16> k, std::size_t width, float* c, std::size_t c_token,
-              std::size_t c_row, const Bf16* next) {
+              std::size_t c_row) {
   constexpr std::size_t step = 2 * k_lanes;
   simd::Vec acc[Rows][Tokens] = {};
   std::size_t full = width / step * step;
@@ -207,9 +203,6 @@ void dot_tile(Block<Bf16> q, Block<Bf16> k, std::size_t width, float* c, std::si
     }
     for (std::size_t j = 0; j < Tokens; ++j) {
       simd::Pairs kv = simd::load_pairs(k.row(j) + x);
-      if (next != nullptr) {
-        fetch_line(next + j * k.stride, x);
-      }
       for (std::size_t i = 0; i < Rows; ++i) {
         acc[i][j] = simd::dot_pairs(acc[i][j], qv[i], kv);
       }
@@ -229,21 +222,19 @@ void dot_tile(Block<Bf16> q, Block<Bf16> k, std::size_t width, float* c, std::si
 
 /// C(i, j) = A[i] · B[j] over `width` values for `rows` rows of A and `count` rows of B, stored
 /// at c[j·c_token + i·c_row]: token tiles outside, so each tile of B is reused from L1 by every
-/// row tile. `next`, when not null, is a block shaped like B, fetched meanwhile. A is fp32, or
-/// bf16 where the build has bf16 pair dot products (KVCALC_SIMD_BF16_PAIRS) and B is bf16.
+/// row tile. A is fp32, or bf16 where the build has bf16 pair dot products
+/// (KVCALC_SIMD_BF16_PAIRS) and B is bf16.
 template <class A, class T>
 void dot_products(Block<A> a, std::size_t rows, Block<T> b, std::size_t count, std::size_t width,
-                  float* c, std::size_t c_token, std::size_t c_row, const T* next) {
+                  float* c, std::size_t c_token, std::size_t c_row) {
   for (std::size_t t0 = 0; t0 < count; t0 += k_dot_tokens) {
     Block<T> k{b.row(t0), b.stride};
     with_size<k_dot_tokens>(std::min(k_dot_tokens, count - t0), [&](auto nt) {
       for (std::size_t r0 = 0; r0 < rows; r0 += k_dot_rows) {
         Block<A> ar{a.row(r0), a.stride};
         float* out = c + t0 * c_token + r0 * c_row;
-        const T* ahead = r0 == 0 && next != nullptr ? next + t0 * b.stride : nullptr;
         with_size<k_dot_rows>(std::min(k_dot_rows, rows - r0), [&](auto nr) {
-          dot_tile<decltype(nr)::value, decltype(nt)::value>(ar, k, width, out, c_token, c_row,
-                                                             ahead);
+          dot_tile<decltype(nr)::value, decltype(nt)::value>(ar, k, width, out, c_token, c_row);
         });
       }
     });

@@ -294,15 +294,14 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
                             page, tokens, s.d_c, part.o_lat.data(), s.d_c);
       } else {
         // Memory-bound: the tiles read the bf16 page as it is.
-        const Bf16* no_fetch = nullptr;
         Block<Bf16> page{page_at(p), latent};
         // Scores row-major here, S[row][t], so the softmax runs along the tokens.
 #if KVCALC_SIMD_BF16_PAIRS
         tiles::dot_products(Block<Bf16>{part.query_pairs.data(), latent}, rows, page, tokens,
-                            latent, scores.data(), 1, s.block, no_fetch);
+                            latent, scores.data(), 1, s.block);
 #else
         tiles::dot_products(Block<float>{part.query.data(), latent}, rows, page, tokens, latent,
-                            scores.data(), 1, s.block, no_fetch);
+                            scores.data(), 1, s.block);
 #endif
         tiles::online_softmax_rows(scores.data(), s.block, rows, tokens, part.maximum.data(),
                                    part.sum.data(), rescale.data());
@@ -326,8 +325,7 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
   parallel_for(heads, threads, [&](std::uint64_t h, unsigned /*worker*/) {
     tiles::dot_products(Block<float>{o_lat.data() + h * s.d_c, heads * s.d_c}, batch_rows,
                         Block<Bf16>{in.w_uv.data() + h * s.d_v * s.d_c, s.d_c}, s.d_v, s.d_c,
-                        out.data() + h * s.d_v, 1, heads * s.d_v,
-                        static_cast<const Bf16*>(nullptr));
+                        out.data() + h * s.d_v, 1, heads * s.d_v);
   });
 }
 
