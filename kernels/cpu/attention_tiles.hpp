@@ -32,7 +32,14 @@ constexpr std::size_t k_dot_rows = k_registers >= 32 ? 4 : 3;
 constexpr std::size_t k_dot_tokens = k_registers >= 32 ? 6 : 3;
 constexpr std::size_t k_out_rows = k_registers >= 32 ? 6 : 3;
 constexpr std::size_t k_out_vectors = k_registers >= 32 ? 4 : 3;
-constexpr std::size_t k_line = 64; // bytes per cache line
+constexpr std::size_t k_few_out_vectors = k_registers >= 32 ? 8 : 4; // for one or two rows
+constexpr std::size_t k_line = 64;                                   // bytes per cache line
+
+/// Before each loop over a tile's rows, tokens or vectors: unrolled completely, so every
+/// accumulator of the tile is a register. An accumulator array indexed by a loop variable
+/// anywhere (GCC stops unrolling at 16 iterations) lives in memory, and then every update in the
+/// inner loop is also a store.
+#define KVCALC_TILE_LOOP _Pragma("GCC unroll 64")
 
 /// Tokens per wide score tile of `vectors` row vectors: at most 12 broadcasts per step.
 constexpr std::size_t wide_tokens(std::size_t vectors) {
@@ -41,6 +48,7 @@ constexpr std::size_t wide_tokens(std::size_t vectors) {
 static_assert(wide_tokens(k_wide_vectors) * k_wide_vectors + k_wide_vectors + 1 <= k_registers);
 static_assert(k_dot_rows * k_dot_tokens + k_dot_rows + 1 <= k_registers);
 static_assert(k_out_rows * k_out_vectors + k_out_vectors + 1 <= k_registers);
+static_assert(2 * k_few_out_vectors + k_few_out_vectors + 1 <= k_registers);
 
 inline float widen(float v) {
   return v;
@@ -112,22 +120,28 @@ void wide_score_tile(Block<float> qt, Block<float> k, std::size_t width, float* 
   simd::Vec acc[Tokens][Vectors] = {};
   for (std::size_t x = 0; x < width; ++x) {
     if (next != nullptr) {
+      KVCALC_TILE_LOOP
       for (std::size_t j = 0; j < Tokens; ++j) {
         fetch_line(next + j * next_stride, x);
       }
     }
     simd::Vec qv[Vectors];
+    KVCALC_TILE_LOOP
     for (std::size_t v = 0; v < Vectors; ++v) {
       qv[v] = simd::load(qt.row(x) + v * k_lanes);
     }
+    KVCALC_TILE_LOOP
     for (std::size_t j = 0; j < Tokens; ++j) {
       simd::Vec kv = simd::splat(k.row(j)[x]);
+      KVCALC_TILE_LOOP
       for (std::size_t v = 0; v < Vectors; ++v) {
         acc[j][v] += kv * qv[v];
       }
     }
   }
+  KVCALC_TILE_LOOP
   for (std::size_t j = 0; j < Tokens; ++j) {
+    KVCALC_TILE_LOOP
     for (std::size_t v = 0; v < Vectors; ++v) {
       simd::store(st + j * st_stride + v * k_lanes, acc[j][v]);
     }
@@ -166,17 +180,22 @@ void dot_tile(Block<float> q, Block<T> k, std::size_t width, float* c, std::size
   std::size_t full = width / k_lanes * k_lanes;
   for (std::size_t x = 0; x < full; x += k_lanes) {
     simd::Vec qv[Rows];
+    KVCALC_TILE_LOOP
     for (std::size_t i = 0; i < Rows; ++i) {
       qv[i] = simd::load(q.row(i) + x);
     }
+    KVCALC_TILE_LOOP
     for (std::size_t j = 0; j < Tokens; ++j) {
       simd::Vec kv = load(k.row(j) + x);
+      KVCALC_TILE_LOOP
       for (std::size_t i = 0; i < Rows; ++i) {
         acc[i][j] += qv[i] * kv;
       }
     }
   }
+  KVCALC_TILE_LOOP
   for (std::size_t i = 0; i < Rows; ++i) {
+    KVCALC_TILE_LOOP
     for (std::size_t j = 0; j < Tokens; ++j) {
       float dot = simd::sum(acc[i][j]);
       for (std::size_t x = full; x < width; ++x) {
@@ -198,17 +217,22 @@ void dot_tile(Block<Bf16> q, Block<Bf16> k, std::size_t width, float* c, std::si
   std::size_t full = width / step * step;
   for (std::size_t x = 0; x < full; x += step) {
     simd::Pairs qv[Rows];
+    KVCALC_TILE_LOOP
     for (std::size_t i = 0; i < Rows; ++i) {
       qv[i] = simd::load_pairs(q.row(i) + x);
     }
+    KVCALC_TILE_LOOP
     for (std::size_t j = 0; j < Tokens; ++j) {
       simd::Pairs kv = simd::load_pairs(k.row(j) + x);
+      KVCALC_TILE_LOOP
       for (std::size_t i = 0; i < Rows; ++i) {
         acc[i][j] = simd::dot_pairs(acc[i][j], qv[i], kv);
       }
     }
   }
+  KVCALC_TILE_LOOP
   for (std::size_t i = 0; i < Rows; ++i) {
+    KVCALC_TILE_LOOP
     for (std::size_t j = 0; j < Tokens; ++j) {
       float dot = simd::sum(acc[i][j]);
       for (std::size_t x = full; x < width; ++x) {
@@ -254,7 +278,9 @@ template <std::size_t Rows, std::size_t Vectors, class T>
 void weighted_sum_tile(Weights p, const float* rescale, Block<T> v, std::size_t tokens, float* o,
                        std::size_t o_stride, Fetcher& fetch) {
   simd::Vec acc[Rows][Vectors];
+  KVCALC_TILE_LOOP
   for (std::size_t i = 0; i < Rows; ++i) {
+    KVCALC_TILE_LOOP
     for (std::size_t c = 0; c < Vectors; ++c) {
       acc[i][c] = simd::load(o + i * o_stride + c * k_lanes) * rescale[i];
     }
@@ -262,17 +288,22 @@ void weighted_sum_tile(Weights p, const float* rescale, Block<T> v, std::size_t 
   for (std::size_t t = 0; t < tokens; ++t) {
     fetch.step();
     simd::Vec vv[Vectors];
+    KVCALC_TILE_LOOP
     for (std::size_t c = 0; c < Vectors; ++c) {
       vv[c] = load(v.row(t) + c * k_lanes);
     }
+    KVCALC_TILE_LOOP
     for (std::size_t i = 0; i < Rows; ++i) {
       simd::Vec weight = simd::splat(p.at(t, i));
+      KVCALC_TILE_LOOP
       for (std::size_t c = 0; c < Vectors; ++c) {
         acc[i][c] += weight * vv[c];
       }
     }
   }
+  KVCALC_TILE_LOOP
   for (std::size_t i = 0; i < Rows; ++i) {
+    KVCALC_TILE_LOOP
     for (std::size_t c = 0; c < Vectors; ++c) {
       simd::store(o + i * o_stride + c * k_lanes, acc[i][c]);
     }
@@ -288,21 +319,33 @@ void weighted_sum(Weights p, const float* rescale, std::size_t rows, Block<T> v,
                   std::size_t width, float* o, std::size_t o_stride, const void* next = nullptr,
                   std::size_t next_bytes = 0) {
   std::size_t vectors = width / k_lanes;
-  std::size_t steps = (vectors + k_out_vectors - 1) / k_out_vectors *
-                      ((rows + k_out_rows - 1) / k_out_rows) * tokens;
-  Fetcher fetch = next != nullptr ? Fetcher(next, next_bytes, steps) : Fetcher();
-  for (std::size_t c0 = 0; c0 < vectors; c0 += k_out_vectors) {
-    Block<T> vc{v.data + c0 * k_lanes, v.stride};
-    with_size<k_out_vectors>(std::min(k_out_vectors, vectors - c0), [&](auto nc) {
-      for (std::size_t r0 = 0; r0 < rows; r0 += k_out_rows) {
-        Weights pr{p.data + r0 * p.row, p.token, p.row};
-        float* out = o + r0 * o_stride + c0 * k_lanes;
-        with_size<k_out_rows>(std::min(k_out_rows, rows - r0), [&](auto nr) {
-          weighted_sum_tile<decltype(nr)::value, decltype(nc)::value>(pr, rescale + r0, vc, tokens,
-                                                                      out, o_stride, fetch);
-        });
-      }
-    });
+  // Tiles of at most `r_max` rows × `c_max` vectors.
+  auto pass = [&](auto row_tile, auto column_tile) {
+    constexpr std::size_t r_max = decltype(row_tile)::value;
+    constexpr std::size_t c_max = decltype(column_tile)::value;
+    std::size_t steps = (vectors + c_max - 1) / c_max * ((rows + r_max - 1) / r_max) * tokens;
+    Fetcher fetch = next != nullptr ? Fetcher(next, next_bytes, steps) : Fetcher();
+    for (std::size_t c0 = 0; c0 < vectors; c0 += c_max) {
+      Block<T> vc{v.data + c0 * k_lanes, v.stride};
+      with_size<c_max>(std::min(c_max, vectors - c0), [&](auto nc) {
+        for (std::size_t r0 = 0; r0 < rows; r0 += r_max) {
+          Weights pr{p.data + r0 * p.row, p.token, p.row};
+          float* out = o + r0 * o_stride + c0 * k_lanes;
+          with_size<r_max>(std::min(r_max, rows - r0), [&](auto nr) {
+            weighted_sum_tile<decltype(nr)::value, decltype(nc)::value>(
+                pr, rescale + r0, vc, tokens, out, o_stride, fetch);
+          });
+        }
+      });
+    }
+  };
+  // One or two rows: wider tiles, so there are enough independent accumulator chains.
+  if (rows <= 2) {
+    pass(std::integral_constant<std::size_t, 2>{},
+         std::integral_constant<std::size_t, k_few_out_vectors>{});
+  } else {
+    pass(std::integral_constant<std::size_t, k_out_rows>{},
+         std::integral_constant<std::size_t, k_out_vectors>{});
   }
   for (std::size_t x = vectors * k_lanes; x < width; ++x) {
     for (std::size_t r = 0; r < rows; ++r) {

@@ -139,7 +139,7 @@ MlaInputs make_mla_inputs(const MlaShape& shape, std::uint64_t seed) {
       x = round_bf16(normal(rng) * scale);
     }
   };
-  auto fill_bf16 = [&](std::vector<std::uint16_t>& v, std::uint64_t n, float scale) {
+  auto fill_bf16 = [&](Bf16Buffer& v, std::uint64_t n, float scale) {
     v.resize(n);
     for (auto& x : v) {
       x = bf16_bits(normal(rng) * scale);

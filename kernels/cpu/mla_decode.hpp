@@ -2,7 +2,9 @@
 // MLA decode on the CPU, both strategies, over a paged latent cache (kernels/README.md).
 // Launch functions take plain parameter structs; inputs are checked here, on the host side.
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 namespace kvcalc::kernels {
@@ -21,16 +23,31 @@ struct MlaShape {
   double softmax_scale = 0; ///< 0: 1/√(d_nope + d_r)
 };
 
+/// An allocator on cache-line (64-byte) boundaries, as an engine allocates its cache pages: a
+/// page row whose vectors straddle two lines costs the kernels two L1 accesses per load.
+template <class T> struct LineAligned {
+  using value_type = T;
+  static constexpr std::align_val_t k_alignment{64};
+  LineAligned() = default;
+  template <class U> explicit LineAligned(const LineAligned<U>& /*other*/) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), k_alignment)); }
+  void deallocate(T* p, std::size_t /*n*/) { ::operator delete(p, k_alignment); }
+  friend bool operator==(const LineAligned& /*a*/, const LineAligned& /*b*/) { return true; }
+};
+
+/// bf16 values as their bits (the upper half of an fp32 value), line-aligned.
+using Bf16Buffer = std::vector<std::uint16_t, LineAligned<std::uint16_t>>;
+
 /// Inputs of one step. The cache and the weights are bf16, as a serving engine stores them
 /// (the bits: the upper half of an fp32 value); the query is fp32 holding bf16-rounded values.
 /// The kernels widen bf16 to fp32 as they load it and accumulate in fp32.
 struct MlaInputs {
   MlaShape shape;
-  std::vector<float> q;             ///< [batch][query][heads][d_nope + d_r]
-  std::vector<std::uint16_t> cache; ///< [pages][block][d_c + d_r]; tails past `context` are NaN
+  std::vector<float> q; ///< [batch][query][heads][d_nope + d_r]
+  Bf16Buffer cache;     ///< [pages][block][d_c + d_r]; tails past `context` are NaN
   std::vector<std::uint32_t> block_table; ///< [batch][pages per sequence] → page
-  std::vector<std::uint16_t> w_uk; ///< [heads][d_nope][d_c]: latent → per-head key (nope part)
-  std::vector<std::uint16_t> w_uv; ///< [heads][d_v][d_c]: latent → per-head value
+  Bf16Buffer w_uk; ///< [heads][d_nope][d_c]: latent → per-head key (nope part)
+  Bf16Buffer w_uv; ///< [heads][d_v][d_c]: latent → per-head value
   [[nodiscard]] std::uint64_t pages_per_sequence() const;
 };
 

@@ -4,8 +4,10 @@
 // register tiles of the kernels are sized from `k_registers`.
 
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -126,8 +128,8 @@ inline Vec max(Vec a, Vec b) {
 /// e^x lane by lane, within 2 ulp (Cephes' expf): x = n·ln 2 + r with |r| ≤ ln 2 / 2, e^r by a
 /// degree-7 polynomial, 2^n built in the exponent bits. Arguments are clamped to [−87, 88], so
 /// e^−∞ gives about 1.6e−38 instead of 0; a NaN stays a NaN.
-inline Vec exp(Vec x) {
-  x = x < -87.0f ? splat(-87.0f) : x;
+inline Vec exp(Vec input) {
+  Vec x = input < -87.0f ? splat(-87.0f) : input;
   x = x > 88.0f ? splat(88.0f) : x;
   // Rounds x·log2(e) to the nearest integer by adding and subtracting 1.5·2^23.
   Vec n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -142,7 +144,9 @@ inline Vec exp(Vec x) {
   UintVec bits = __builtin_convertvector(exponent, UintVec) << 23;
   Vec scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  // A NaN is passed on explicitly: a compiler may lower the clamps to min/max instructions
+  // that return the bound for a NaN (clang does).
+  return input == input ? p * scale : input;
 }
 
 #if KVCALC_SIMD_BF16_PAIRS
@@ -159,23 +163,26 @@ inline Vec dot_pairs(Vec acc, Pairs a, Pairs b) {
 }
 #endif
 
-/// The sum of the lanes, adding the upper half to the lower half until one lane is left.
-template <int Lanes> struct VecOf {
-  typedef float type __attribute__((vector_size(Lanes * sizeof(float))));
-};
-template <int Lanes> float sum_lanes(typename VecOf<Lanes>::type v) {
+namespace detail {
+template <std::size_t Offset, class V, std::size_t... I>
+auto lanes_from(V v, std::index_sequence<I...> /*count*/) {
+  return __builtin_shufflevector(v, v, (Offset + I)...);
+}
+template <std::size_t Lanes, class V> float sum_lanes(V v) {
   if constexpr (Lanes == 1) {
     return v[0];
   } else {
-    typename VecOf<Lanes / 2>::type low;
-    typename VecOf<Lanes / 2>::type high;
-    std::memcpy(&low, &v, sizeof low);
-    std::memcpy(&high, reinterpret_cast<const char*>(&v) + sizeof low, sizeof high);
-    return sum_lanes<Lanes / 2>(low + high);
+    auto half = std::make_index_sequence<Lanes / 2>{};
+    return sum_lanes<Lanes / 2>(lanes_from<0>(v, half) + lanes_from<Lanes / 2>(v, half));
   }
 }
+} // namespace detail
+
+/// The sum of the lanes, adding the upper half to the lower half until one lane is left. The
+/// halves are shuffles of the value (no memcpy through memory), so accumulators summed at the
+/// end of a tile stay in registers throughout it.
 inline float sum(Vec v) {
-  return sum_lanes<k_lanes>(v);
+  return detail::sum_lanes<k_lanes>(v);
 }
 
 /// The largest lane (a NaN lane may or may not win, as with std::max).

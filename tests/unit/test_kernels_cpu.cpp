@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -60,14 +61,16 @@ TEST_CASE("both MLA decode kernels match the double reference", "[kernels][mla]"
 TEST_CASE("the absorbed kernel's tiles cover every shape remainder and split", "[kernels][mla]") {
   // Rows of a sequence (heads × query) below, at and above one vector (the dot and the broadcast
   // tiles), tiles cut short in rows, tokens and columns, a latent width that is not a whole
-  // number of vectors, short pages, and more threads than sequences (split-KV).
+  // number of vectors, short pages, and more threads than sequences (split-KV). One and two
+  // rows take the wider weighted-sum tiles, here cut short in columns too.
   struct Case {
     std::uint64_t batch, heads, query, context, d_c, d_r, block;
     unsigned threads;
   };
   for (const Case& c : {Case{2, 16, 1, 200, 512, 64, 64, 2}, Case{1, 20, 1, 130, 512, 64, 64, 4},
                         Case{3, 5, 3, 37, 40, 8, 16, 2}, Case{1, 1, 1, 300, 512, 64, 64, 3},
-                        Case{2, 33, 2, 70, 72, 8, 32, 5}, Case{5, 7, 1, 1, 24, 4, 8, 2}}) {
+                        Case{2, 33, 2, 70, 72, 8, 32, 5}, Case{5, 7, 1, 1, 24, 4, 8, 2},
+                        Case{2, 2, 1, 90, 208, 8, 32, 2}, Case{3, 1, 2, 75, 48, 16, 16, 2}}) {
     INFO("batch " << c.batch << " heads " << c.heads << " query " << c.query << " context "
                   << c.context << " d_c " << c.d_c << " d_r " << c.d_r << " block " << c.block
                   << " threads " << c.threads);
@@ -82,6 +85,7 @@ TEST_CASE("the absorbed kernel's tiles cover every shape remainder and split", "
     shape.d_v = 24;
     shape.block = c.block;
     MlaInputs in = make_mla_inputs(shape, 11);
+    CHECK(reinterpret_cast<std::uintptr_t>(in.cache.data()) % 64 == 0); // pages start on lines
     std::vector<double> ref = mla_decode_reference(in);
     MlaOutput absorbed;
     mla_decode_absorbed(in, absorbed, c.threads);
@@ -118,6 +122,17 @@ TEST_CASE("bf16 bits: nearest with ties to even, NaN kept, widened exactly", "[k
       REQUIRE(std::memcmp(&wide[i - 3], &want, sizeof want) == 0);
     }
   }
+}
+
+TEST_CASE("the kernels' lane sum adds every lane", "[kernels]") {
+  namespace simd = kvcalc::kernels::simd;
+  simd::Vec v;
+  float total = 0;
+  for (int i = 0; i < simd::k_lanes; ++i) {
+    v[i] = static_cast<float>(1 << i); // each lane a different bit: a missed lane shows
+    total += v[i];
+  }
+  CHECK(simd::sum(v) == total);
 }
 
 TEST_CASE("the kernels' vector exp is within a few ulp of std::exp", "[kernels]") {
