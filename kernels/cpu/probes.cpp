@@ -63,6 +63,9 @@ BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned thread
                                                    std::min(n, (t + 1) * chunk)};
   };
   BandwidthResult r;
+  std::vector<double> reads;
+  std::vector<double> copies;
+  std::vector<double> triads;
   double bytes = static_cast<double>(n * sizeof(double));
   for (unsigned rep = 0; rep < repeats; ++rep) {
     double read = timed_parallel(threads, [&](unsigned t) {
@@ -93,13 +96,16 @@ BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned thread
         a[i] = b[i] + 0.5 * c[i];
       }
     });
-    r.read_bytes_per_s = std::max(r.read_bytes_per_s, bytes / read);
-    r.copy_bytes_per_s = std::max(r.copy_bytes_per_s, 2 * bytes / copy);
-    r.triad_bytes_per_s = std::max(r.triad_bytes_per_s, 3 * bytes / triad);
+    reads.push_back(bytes / read);
+    copies.push_back(2 * bytes / copy);
+    triads.push_back(3 * bytes / triad);
     for (double p : partial) {
       r.checksum += p;
     }
   }
+  r.read_bytes_per_s = median(reads);
+  r.copy_bytes_per_s = median(copies);
+  r.triad_bytes_per_s = median(triads);
   r.checksum += a[n / 2] + b[n / 3];
   return r;
 }
@@ -150,14 +156,14 @@ double measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats) {
   std::vector<Matrix> a(threads, Matrix::Random(size, size));
   std::vector<Matrix> b(threads, Matrix::Random(size, size));
   std::vector<Matrix> c(threads, Matrix::Zero(size, size));
-  double best = 0;
+  std::vector<double> rates;
   for (unsigned rep = 0; rep < repeats; ++rep) {
     double elapsed = timed_parallel(threads, [&](unsigned t) { c[t].noalias() = a[t] * b[t]; });
-    best = std::max(best, 2.0 * static_cast<double>(n * n * n) * threads / elapsed);
+    rates.push_back(2.0 * static_cast<double>(n * n * n) * threads / elapsed);
   }
   volatile float observed = c[0](0, 0);
   (void)observed;
-  return best;
+  return median(rates);
 }
 
 } // namespace kvcalc::kernels

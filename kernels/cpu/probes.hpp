@@ -13,14 +13,16 @@ struct BandwidthResult {
   double checksum = 0;          ///< keeps every pass observable
 };
 
-/// Arrays of `bytes_per_array` doubles split over `threads`; best of `repeats` passes.
+/// Arrays of `bytes_per_array` doubles split over `threads`; the median of `repeats` passes,
+/// as kernel times are medians (a best-of ceiling against median kernel times makes every
+/// roofline fraction look worse on a machine whose bandwidth varies).
 [[nodiscard]] BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned threads,
                                                 unsigned repeats);
 
 /// FP32 FLOP/s of independent fused multiply-adds in registers, all threads.
 [[nodiscard]] double measure_fma_flops(unsigned threads, double seconds_per_thread);
 
-/// FP32 FLOP/s of an n × n × n GEMM (Eigen), rows split over threads; best of `repeats`.
+/// FP32 FLOP/s of an n × n × n GEMM (Eigen), one product per thread; the median of `repeats`.
 [[nodiscard]] double measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats);
 
 /// The median of a non-empty vector of timings (the upper middle for an even count).

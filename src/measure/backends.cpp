@@ -85,7 +85,7 @@ public:
     std::uint64_t llc = kernels::last_level_cache_bytes();
     std::uint64_t array =
         std::max<std::uint64_t>((quick ? 2 : 4) * llc, quick ? 32ULL << 20 : 64ULL << 20);
-    kernels::BandwidthResult bw = kernels::measure_bandwidth(array, m_threads, quick ? 2 : 5);
+    kernels::BandwidthResult bw = kernels::measure_bandwidth(array, m_threads, quick ? 3 : 7);
     p.read_bytes_per_s = bw.read_bytes_per_s;
     p.copy_bytes_per_s = bw.copy_bytes_per_s;
     p.triad_bytes_per_s = bw.triad_bytes_per_s;
@@ -93,7 +93,7 @@ public:
         std::max({bw.read_bytes_per_s, bw.copy_bytes_per_s, bw.triad_bytes_per_s});
     p.fma_flops_per_s = kernels::measure_fma_flops(m_threads, quick ? 0.05 : 0.25);
     p.gemm_flops_per_s.fp32 =
-        kernels::measure_gemm_flops(quick ? 512 : 1024, m_threads, quick ? 2 : 4);
+        kernels::measure_gemm_flops(quick ? 512 : 1024, m_threads, quick ? 3 : 5);
     return p;
   }
 
