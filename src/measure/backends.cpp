@@ -54,6 +54,9 @@ namespace {
 
 using kernels::median;
 
+/// Timed repeats of each CPU probe and kernel (REFERENCE §4: the median of at least 10).
+constexpr unsigned k_timed_runs = 10;
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -85,7 +88,8 @@ public:
     std::uint64_t llc = kernels::last_level_cache_bytes();
     std::uint64_t array =
         std::max<std::uint64_t>((quick ? 2 : 4) * llc, quick ? 32ULL << 20 : 64ULL << 20);
-    kernels::BandwidthResult bw = kernels::measure_bandwidth(array, m_threads, quick ? 3 : 7);
+    kernels::BandwidthResult bw =
+        kernels::measure_bandwidth(array, m_threads, quick ? 3 : k_timed_runs);
     p.read_bytes_per_s = bw.read_bytes_per_s;
     p.copy_bytes_per_s = bw.copy_bytes_per_s;
     p.triad_bytes_per_s = bw.triad_bytes_per_s;
@@ -93,7 +97,7 @@ public:
         std::max({bw.read_bytes_per_s, bw.copy_bytes_per_s, bw.triad_bytes_per_s});
     p.fma_flops_per_s = kernels::measure_fma_flops(m_threads, quick ? 0.05 : 0.25);
     p.gemm_flops_per_s.fp32 =
-        kernels::measure_gemm_flops(quick ? 512 : 1024, m_threads, quick ? 3 : 5);
+        kernels::measure_gemm_flops(quick ? 512 : 1024, m_threads, quick ? 3 : k_timed_runs);
     return p;
   }
 
@@ -117,7 +121,7 @@ public:
       m_absorbed.keep(c, out);
     }
     std::vector<double> times;
-    unsigned runs = quick ? 3 : 7;
+    unsigned runs = quick ? 3 : k_timed_runs;
     for (unsigned i = 0; i < runs; ++i) {
       auto start = std::chrono::steady_clock::now();
       kernel(in, out, m_threads);

@@ -62,7 +62,8 @@ TEST_CASE("the absorbed kernel's tiles cover every shape remainder and split", "
   // Rows of a sequence (heads × query) below, at and above one vector (the dot and the broadcast
   // tiles), tiles cut short in rows, tokens and columns, a latent width that is not a whole
   // number of vectors, short pages, and more threads than sequences (split-KV). One and two
-  // rows take the wider weighted-sum tiles, here cut short in columns too.
+  // rows take the wider weighted-sum tiles, here cut short in columns too. 2100 tokens in pages
+  // of 48 give the naive kernel three chunks, the first two ending inside a page.
   struct Case {
     std::uint64_t batch, heads, query, context, d_c, d_r, block;
     unsigned threads;
@@ -70,7 +71,8 @@ TEST_CASE("the absorbed kernel's tiles cover every shape remainder and split", "
   for (const Case& c : {Case{2, 16, 1, 200, 512, 64, 64, 2}, Case{1, 20, 1, 130, 512, 64, 64, 4},
                         Case{3, 5, 3, 37, 40, 8, 16, 2}, Case{1, 1, 1, 300, 512, 64, 64, 3},
                         Case{2, 33, 2, 70, 72, 8, 32, 5}, Case{5, 7, 1, 1, 24, 4, 8, 2},
-                        Case{2, 2, 1, 90, 208, 8, 32, 2}, Case{3, 1, 2, 75, 48, 16, 16, 2}}) {
+                        Case{2, 2, 1, 90, 208, 8, 32, 2}, Case{3, 1, 2, 75, 48, 16, 16, 2},
+                        Case{2, 3, 2, 2100, 40, 8, 48, 2}}) {
     INFO("batch " << c.batch << " heads " << c.heads << " query " << c.query << " context "
                   << c.context << " d_c " << c.d_c << " d_r " << c.d_r << " block " << c.block
                   << " threads " << c.threads);
