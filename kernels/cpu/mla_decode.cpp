@@ -376,10 +376,8 @@ void mla_decode_naive(const MlaInputs& in, MlaOutput& out, unsigned threads) {
       o.noalias() += scores * v;
     }
     for (Eigen::Index si = 0; si < S; ++si) {
-      o.row(si) /= total[si];
-    }
-    for (Eigen::Index si = 0; si < S; ++si) {
-      Eigen::Map<Eigen::RowVectorXf>(out.data() + d.row(b, si, h) * s.d_v, dv) = o.row(si);
+      Eigen::Map<Eigen::RowVectorXf>(out.data() + d.row(b, si, h) * s.d_v, dv) =
+          o.row(si) / total[si];
     }
   });
 }
