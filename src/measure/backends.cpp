@@ -54,8 +54,10 @@ namespace {
 
 using kernels::median;
 
-/// Timed repeats of each CPU probe and kernel (REFERENCE §4: the median of at least 10).
-constexpr unsigned k_timed_runs = 10;
+/// Timed repeats of each CPU probe and kernel: k_timed_runs, or 3 with --quick.
+unsigned cpu_runs(bool quick) {
+  return quick ? 3 : measure_detail::k_timed_runs;
+}
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -88,8 +90,7 @@ public:
     std::uint64_t llc = kernels::last_level_cache_bytes();
     std::uint64_t array =
         std::max<std::uint64_t>((quick ? 2 : 4) * llc, quick ? 32ULL << 20 : 64ULL << 20);
-    kernels::BandwidthResult bw =
-        kernels::measure_bandwidth(array, m_threads, quick ? 3 : k_timed_runs);
+    kernels::BandwidthResult bw = kernels::measure_bandwidth(array, m_threads, cpu_runs(quick));
     p.read_bytes_per_s = bw.read_bytes_per_s;
     p.copy_bytes_per_s = bw.copy_bytes_per_s;
     p.triad_bytes_per_s = bw.triad_bytes_per_s;
@@ -97,7 +98,7 @@ public:
         std::max({bw.read_bytes_per_s, bw.copy_bytes_per_s, bw.triad_bytes_per_s});
     p.fma_flops_per_s = kernels::measure_fma_flops(m_threads, quick ? 0.05 : 0.25);
     p.gemm_flops_per_s.fp32 =
-        kernels::measure_gemm_flops(quick ? 512 : 1024, m_threads, quick ? 3 : k_timed_runs);
+        kernels::measure_gemm_flops(quick ? 512 : 1024, m_threads, cpu_runs(quick));
     return p;
   }
 
@@ -121,7 +122,7 @@ public:
       m_absorbed.keep(c, out);
     }
     std::vector<double> times;
-    unsigned runs = quick ? 3 : k_timed_runs;
+    unsigned runs = cpu_runs(quick);
     for (unsigned i = 0; i < runs; ++i) {
       auto start = std::chrono::steady_clock::now();
       kernel(in, out, m_threads);

@@ -20,6 +20,10 @@ inline constexpr double k_max_cos_diff_between = 2e-5;
 inline constexpr double k_abs_bar_between = 2 * kernels::k_abs_bar;
 inline constexpr double k_rel_bar_between = 2 * kernels::k_rel_bar;
 
+/// Timed repeats of each probe and kernel, every backend (REFERENCE §4: the median of at least
+/// 10); `--quick` runs fewer.
+inline constexpr unsigned k_timed_runs = 10;
+
 /// Throws Error naming the kernel and configuration when `a` misses the bars.
 void require_agreement(const std::string& kernel, const MlaKernelConfig& c,
                        const kernels::Agreement& a, const std::string& against,

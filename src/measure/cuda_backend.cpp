@@ -20,8 +20,6 @@ namespace {
 namespace gpu = kernels::cuda;
 using kernels::median;
 
-constexpr unsigned k_timed_runs = 10; ///< REFERENCE §4: median of at least 10
-
 /// Kernel-side failures (std::runtime_error, std::invalid_argument) become kvcalc errors
 /// naming what was being measured and where.
 template <class Body>
