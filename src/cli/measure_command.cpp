@@ -58,11 +58,12 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
   Table probes;
   probes.title = "Probes on " + m.device + " (" + m.backend + ")";
   probes.columns = {{"probe", "probe"}, {"rate", "rate"}};
-  probes.rows = {{Cell::text("read"), Cell::bytes_per_s(p.read_bytes_per_s)},
-                 {Cell::text("copy (read + write)"), Cell::bytes_per_s(p.copy_bytes_per_s)},
-                 {Cell::text("triad (2 reads + write)"), Cell::bytes_per_s(p.triad_bytes_per_s)},
-                 {Cell::text("bandwidth ceiling"), Cell::bytes_per_s(p.bandwidth_bytes_per_s)},
-                 {Cell::text("FMA loop fp32"), Cell::flops(p.fma_flops_per_s)}};
+  probes.rows = {
+      {Cell::text("read"), Cell::bytes_per_s(p.read_bytes_per_s)},
+      {Cell::text("copy (read + write)"), Cell::bytes_per_s(p.copy_bytes_per_s)},
+      {Cell::text("triad (2 reads + write)"), Cell::bytes_per_s(p.triad_bytes_per_s)},
+      {Cell::text("bandwidth ceiling (read)"), Cell::bytes_per_s(p.bandwidth_bytes_per_s)},
+      {Cell::text("FMA loop fp32"), Cell::flops(p.fma_flops_per_s)}};
   for (auto [name, value] : {std::pair{"GEMM fp32", p.gemm_flops_per_s.fp32},
                              std::pair{"GEMM fp16", p.gemm_flops_per_s.fp16},
                              std::pair{"GEMM bf16", p.gemm_flops_per_s.bf16}}) {

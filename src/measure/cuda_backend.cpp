@@ -56,8 +56,6 @@ public:
       p.read_bytes_per_s = bw.read_bytes_per_s;
       p.copy_bytes_per_s = bw.copy_bytes_per_s;
       p.triad_bytes_per_s = bw.triad_bytes_per_s;
-      p.bandwidth_bytes_per_s =
-          std::max({bw.read_bytes_per_s, bw.copy_bytes_per_s, bw.triad_bytes_per_s});
       p.fma_flops_per_s = gpu::measure_fma_flops(quick ? 5 : k_timed_runs);
       gpu::GemmRates g = gpu::measure_gemm_flops(quick ? 4096 : 8192, quick ? 5 : k_timed_runs);
       p.gemm_flops_per_s.bf16 = g.bf16;

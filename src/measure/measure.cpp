@@ -62,6 +62,7 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
 
   say("probing bandwidth and compute");
   r.probes = backend.probe(options.quick);
+  r.probes.bandwidth_bytes_per_s = r.probes.read_bytes_per_s;
   double gemm = r.probes.gemm_flops_per_s.fp32.value_or(0);
   if (r.probes.gemm_flops_per_s.bf16) {
     gemm = *r.probes.gemm_flops_per_s.bf16;

@@ -1,0 +1,41 @@
+#include <catch2/catch.hpp>
+
+#include <kvcalc/measure/measure.hpp>
+
+using namespace kvcalc;
+
+TEST_CASE("MLA kernel costs match the worked example of docs/formulas.md", "[measure]") {
+  // DeepSeek dims, one head, 8 sequences of 4096 tokens, one query token, bf16.
+  MlaKernelConfig c{1, 8, 4096, 1};
+  KernelCost absorbed = mla_kernel_cost(c, false, 2);
+  // Latent 8·4096·576·2 + W_UK and W_UV 512·256·2 + q and o 8·(128 + 64 + 128)·2.
+  CHECK(absorbed.bytes == 38'016'000.0);
+  // Q absorption 2·8·128·512, scores 2·8·4096·576, P·V 2·8·4096·512, W_UV 2·8·512·128.
+  CHECK(absorbed.flops == 73'400'320.0);
+  KernelCost naive = mla_kernel_cost(c, true, 2);
+  // The same bytes plus the decompressed K and V written and read back: 2·8·4096·256·2.
+  CHECK(naive.bytes == 71'570'432.0);
+  // Decompression 2·8·4096·512·256, scores 2·8·4096·192, P·V 2·8·4096·128.
+  CHECK(naive.flops == 8'610'906'112.0);
+}
+
+TEST_CASE("the roofline bound of a kernel uses the read probe as its memory ceiling", "[measure]") {
+  // The fake backend's copy and triad probes beat its read probe, as on a CPU with few cores;
+  // the kernels only read, so their bound is the read rate.
+  auto backend = make_measure_backend("fake");
+  MeasureOptions options;
+  options.heads = {1};
+  options.batches = {8};
+  options.contexts = {4096};
+  MeasureResult r = run_measure(*backend, options);
+  REQUIRE(r.probes.copy_bytes_per_s > r.probes.read_bytes_per_s);
+  CHECK(r.probes.bandwidth_bytes_per_s == r.probes.read_bytes_per_s);
+  REQUIRE(r.kernels.size() == 2);
+  const KernelMeasurement& absorbed = r.kernels[0];
+  CHECK(absorbed.name == "mla_decode.absorbed");
+  // Memory-bound: 38,016,000 B at the read rate, far above 73.4 MFLOP at the GEMM rate.
+  CHECK(absorbed.predicted_time_s == Approx(38'016'000.0 / r.probes.read_bytes_per_s));
+  CHECK(absorbed.roofline_fraction == Approx(absorbed.predicted_time_s / absorbed.time_s));
+  // The profile written from it carries the same ceiling.
+  CHECK(to_device_profile(r, "fake.yaml").bandwidth_bytes_per_s == r.probes.read_bytes_per_s);
+}
