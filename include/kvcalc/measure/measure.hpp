@@ -56,9 +56,9 @@ struct ProbeResults {
   double read_bytes_per_s = 0;
   double copy_bytes_per_s = 0;
   double triad_bytes_per_s = 0;
-  /// The roofline's memory ceiling: the read probe. What the roofline times (decode, the
-  /// kernels here) reads memory; copy and triad add a write stream, which on some machines
-  /// (a few CPU cores) moves more bytes per second than reads alone ever can.
+  /// The roofline's memory ceiling: the read probe. What the roofline times when memory-bound
+  /// (decode, the absorbed kernel) reads memory; copy and triad add a write stream, which on
+  /// some machines (a few CPU cores) moves more bytes per second than reads alone ever can.
   double bandwidth_bytes_per_s = 0;
   double fma_flops_per_s = 0; ///< fp32 FMA loop
   PeakFlops gemm_flops_per_s; ///< GEMM per dtype (fp32 on the CPU)
