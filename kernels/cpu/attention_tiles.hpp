@@ -171,62 +171,48 @@ void wide_scores(Block<float> qt, std::size_t width, Block<float> page, std::siz
   }
 }
 
+/// One step of a dot-product tile, by query type. An fp32 query widens 16 (or 8) cache values
+/// per step and multiplies-adds them; a bf16 query (where the build has bf16 pair dot
+/// products) multiplies a cache line of bf16 pairs, 32 values, by the query's with one
+/// vdpbf16ps.
+template <class Q> struct DotStep;
+template <> struct DotStep<float> {
+  static constexpr std::size_t width = k_lanes;
+  static simd::Vec query(const float* p) { return simd::load(p); }
+  template <class T> static simd::Vec key(const T* p) { return load(p); }
+  static simd::Vec add(simd::Vec acc, simd::Vec q, simd::Vec k) { return acc + q * k; }
+};
+#if KVCALC_SIMD_BF16_PAIRS
+template <> struct DotStep<Bf16> {
+  static constexpr std::size_t width = 2 * k_lanes;
+  static simd::Pairs query(const Bf16* p) { return simd::load_pairs(p); }
+  static simd::Pairs key(const Bf16* p) { return simd::load_pairs(p); }
+  static simd::Vec add(simd::Vec acc, simd::Pairs q, simd::Pairs k) {
+    return simd::dot_pairs(acc, q, k);
+  }
+};
+#endif
+
 /// C(i, j) = q[i] · K[j] over `width` values, for a Rows × Tokens tile, stored at
 /// c[j·c_token + i·c_row].
-template <std::size_t Rows, std::size_t Tokens, class T>
-void dot_tile(Block<float> q, Block<T> k, std::size_t width, float* c, std::size_t c_token,
+template <std::size_t Rows, std::size_t Tokens, class Q, class T>
+void dot_tile(Block<Q> q, Block<T> k, std::size_t width, float* c, std::size_t c_token,
               std::size_t c_row) {
+  using Step = DotStep<Q>;
   simd::Vec acc[Rows][Tokens] = {};
-  std::size_t full = width / k_lanes * k_lanes;
-  for (std::size_t x = 0; x < full; x += k_lanes) {
-    simd::Vec qv[Rows];
+  std::size_t full = width / Step::width * Step::width;
+  for (std::size_t x = 0; x < full; x += Step::width) {
+    decltype(Step::query(q.data)) qv[Rows];
     KVCALC_TILE_LOOP
     for (std::size_t i = 0; i < Rows; ++i) {
-      qv[i] = simd::load(q.row(i) + x);
+      qv[i] = Step::query(q.row(i) + x);
     }
     KVCALC_TILE_LOOP
     for (std::size_t j = 0; j < Tokens; ++j) {
-      simd::Vec kv = load(k.row(j) + x);
+      auto kv = Step::key(k.row(j) + x);
       KVCALC_TILE_LOOP
       for (std::size_t i = 0; i < Rows; ++i) {
-        acc[i][j] += qv[i] * kv;
-      }
-    }
-  }
-  KVCALC_TILE_LOOP
-  for (std::size_t i = 0; i < Rows; ++i) {
-    KVCALC_TILE_LOOP
-    for (std::size_t j = 0; j < Tokens; ++j) {
-      float dot = simd::sum(acc[i][j]);
-      for (std::size_t x = full; x < width; ++x) {
-        dot += q.row(i)[x] * widen(k.row(j)[x]);
-      }
-      c[j * c_token + i * c_row] = dot;
-    }
-  }
-}
-
-#if KVCALC_SIMD_BF16_PAIRS
-/// The same with a bf16 query: each step multiplies a cache line of bf16 pairs (32 values) by
-/// the query's with one vdpbf16ps, instead of widening 16 values at a time to fp32.
-template <std::size_t Rows, std::size_t Tokens>
-void dot_tile(Block<Bf16> q, Block<Bf16> k, std::size_t width, float* c, std::size_t c_token,
-              std::size_t c_row) {
-  constexpr std::size_t step = 2 * k_lanes;
-  simd::Vec acc[Rows][Tokens] = {};
-  std::size_t full = width / step * step;
-  for (std::size_t x = 0; x < full; x += step) {
-    simd::Pairs qv[Rows];
-    KVCALC_TILE_LOOP
-    for (std::size_t i = 0; i < Rows; ++i) {
-      qv[i] = simd::load_pairs(q.row(i) + x);
-    }
-    KVCALC_TILE_LOOP
-    for (std::size_t j = 0; j < Tokens; ++j) {
-      simd::Pairs kv = simd::load_pairs(k.row(j) + x);
-      KVCALC_TILE_LOOP
-      for (std::size_t i = 0; i < Rows; ++i) {
-        acc[i][j] = simd::dot_pairs(acc[i][j], qv[i], kv);
+        acc[i][j] = Step::add(acc[i][j], qv[i], kv);
       }
     }
   }
@@ -242,7 +228,6 @@ void dot_tile(Block<Bf16> q, Block<Bf16> k, std::size_t width, float* c, std::si
     }
   }
 }
-#endif
 
 /// C(i, j) = A[i] · B[j] over `width` values for `rows` rows of A and `count` rows of B, stored
 /// at c[j·c_token + i·c_row]: token tiles outside, so each tile of B is reused from L1 by every
