@@ -13,8 +13,8 @@ struct BandwidthResult {
   double checksum = 0;          ///< keeps every pass observable
 };
 
-/// Arrays of `bytes_per_array` doubles split over `threads`; the median of `repeats` passes,
-/// as kernel times are medians (a best-of ceiling against median kernel times makes every
+/// Arrays of `bytes_per_array` bytes of floats split over `threads`; the median of `repeats`
+/// passes, as kernel times are medians (a best-of ceiling against median kernel times makes every
 /// roofline fraction look worse on a machine whose bandwidth varies).
 [[nodiscard]] BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned threads,
                                                 unsigned repeats);
