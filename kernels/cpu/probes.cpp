@@ -12,6 +12,10 @@
 
 #include <Eigen/Dense>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace kvcalc::kernels {
 
 namespace {
@@ -38,6 +42,15 @@ template <class Body> double timed_parallel(unsigned threads, Body&& body) {
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
+}
+
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  // Blocks up to the largest mmap threshold glibc accepts come from the heap, and a heap top
+  // of up to 1 GiB is kept after a free.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 std::uint64_t last_level_cache_bytes() {
