@@ -69,7 +69,8 @@ void add_footprint_options(CLI::App* cmd, cli::FootprintArgs& a) {
 void add_deployment_options(CLI::App* cmd, cli::DeploymentOptions& d) {
   cmd->add_option("--gpu", d.gpus,
                   "GPU from the catalog (`kvcalc gpus`), any case, aliases accepted; a "
-                  "comma-separated list sweeps")
+                  "comma-separated list sweeps; `auto`: the device a --device-profile measured, "
+                  "which is also the default when a profile is given")
       ->delimiter(',')
       ->type_name("GPU,...")
       ->capture_default_str();
@@ -468,13 +469,17 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   if (compare_cmd->parsed()) {
     return cli::run_footprint(compare, true, out, err);
   }
+  auto gpu_given = [](CLI::App* cmd) { return cmd->get_option("--gpu")->count() > 0; };
   if (capacity_cmd->parsed()) {
+    capacity.deployment.gpu_given = gpu_given(capacity_cmd);
     return cli::run_capacity(capacity, out, err);
   }
   if (roofline_cmd->parsed()) {
+    roofline.deployment.gpu_given = gpu_given(roofline_cmd);
     return cli::run_roofline(roofline, out, err);
   }
   if (simulate_cmd->parsed()) {
+    simulate.deployment.gpu_given = gpu_given(simulate_cmd);
     simulate.tp_given = simulate_cmd->get_option("--tp")->count() > 0;
     return cli::run_simulate(simulate, out, err);
   }

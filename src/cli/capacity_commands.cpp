@@ -7,8 +7,10 @@
 
 #include <fmt/format.h>
 
+#include <kvcalc/core/error.hpp>
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/measure/measure.hpp>
 #include <kvcalc/model/loader.hpp>
 #include <kvcalc/roofline/roofline.hpp>
 
@@ -140,12 +142,49 @@ EngineSettings engine_settings(const DeploymentOptions& d, std::optional<u64> bl
 
 } // namespace
 
-std::vector<CapacityRequest> capacity_requests(const std::vector<Model>& models,
-                                               const CacheOptions& cache,
-                                               const DeploymentOptions& d,
-                                               std::vector<u64> contexts,
-                                               std::optional<u64> max_context_at) {
-  GpuCatalog catalog(d.gpu_file);
+std::vector<Gpu> deployment_devices(const DeploymentOptions& d,
+                                    const std::optional<DeviceProfile>& profile,
+                                    const GpuCatalog& catalog, const std::string& how_to_measure,
+                                    Diagnostics& diagnostics) {
+  std::vector<std::string> names = d.gpus;
+  if (profile && !d.gpu_given) {
+    names = {"auto"};
+  }
+  std::vector<Gpu> devices;
+  for (const auto& name : names) {
+    if (name == "auto") {
+      if (!profile) {
+        throw InputError("--gpu auto means the device a profile measured: " + how_to_measure);
+      }
+      devices.push_back(device_of_profile(*profile, catalog));
+      continue;
+    }
+    const Gpu& gpu = catalog.find(name);
+    if (profile) {
+      bool same = false;
+      if (profile->backend != "cpu") {
+        try {
+          same = device_of_profile(*profile, catalog).name == gpu.name;
+        } catch (const InputError&) {
+          same = false; // a device the catalog does not know is not this GPU
+        }
+      }
+      if (!same) {
+        diagnostics.warnings.push_back(
+            fmt::format("the ceilings measured on {} ({}, {}) stand in for the {}'s; drop --gpu "
+                        "to model the measured device",
+                        profile->device, profile->backend, profile->file, gpu.name));
+      }
+    }
+    devices.push_back(gpu);
+  }
+  return devices;
+}
+
+std::vector<CapacityRequest>
+capacity_requests(const std::vector<Model>& models, const CacheOptions& cache,
+                  const DeploymentOptions& d, const std::vector<Gpu>& devices,
+                  std::vector<u64> contexts, std::optional<u64> max_context_at) {
   std::optional<u64> block_size = count_option(cache.block_size, "--block-size");
   EngineSettings engine = engine_settings(d, block_size);
   std::optional<DType> weight_dtype;
@@ -155,8 +194,7 @@ std::vector<CapacityRequest> capacity_requests(const std::vector<Model>& models,
   u64 gpu_count = d.gpu_count.empty() ? 0 : parse_count(d.gpu_count, "--gpus");
   std::vector<CapacityRequest> out;
   for (const Model& m : models) {
-    for (const auto& gpu_name : d.gpus) {
-      const Gpu& gpu = catalog.find(gpu_name);
+    for (const Gpu& gpu : devices) {
       for (u64 tp : d.tps) {
         CapacityRequest req;
         req.model = m;
@@ -191,8 +229,11 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
     profile =
         parse_device_profile(detail::read_text_file(args.device_profile), args.device_profile);
   }
+  std::vector<Gpu> devices =
+      deployment_devices(args.deployment, profile, GpuCatalog(args.deployment.gpu_file),
+                         "add a --device-profile that kvcalc measure wrote", diagnostics);
   std::vector<CapacityRequest> requests =
-      capacity_requests(models, args.cache, args.deployment, contexts, at);
+      capacity_requests(models, args.cache, args.deployment, devices, contexts, at);
   std::vector<CapacityResult> results;
   std::vector<const Model*> result_models;
   for (const auto& req : requests) {

@@ -7,8 +7,10 @@
 
 #include <kvcalc/kv/cache_format.hpp>
 #include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/model/loader.hpp>
 #include <kvcalc/report/json.hpp>
 #include <kvcalc/report/table.hpp>
+#include <kvcalc/roofline/roofline.hpp>
 
 namespace kvcalc::cli {
 
@@ -31,6 +33,7 @@ struct CacheOptions {
 /// Where and how a model is served: GPU, parallelism, engine and its budget knobs.
 struct DeploymentOptions {
   std::vector<std::string> gpus{"h100-sxm"}; ///< --gpu, a list for sweeps
+  bool gpu_given = false; ///< --gpu on the command line; else a device profile's own device
   std::string gpu_file;
   std::string gpu_count;   ///< --gpus; empty: tp × pp
   std::vector<u64> tps{1}; ///< --tp, a list for sweeps
@@ -176,12 +179,19 @@ void warn(std::ostream& err, const std::vector<std::string>& warnings);
 Json json_header(const std::string& command);
 
 int run_footprint(const FootprintArgs& args, bool compare, std::ostream& out, std::ostream& err);
-/// One capacity request per model × GPU × tp of the options.
-std::vector<CapacityRequest> capacity_requests(const std::vector<Model>& models,
-                                               const CacheOptions& cache,
-                                               const DeploymentOptions& d,
-                                               std::vector<u64> contexts,
-                                               std::optional<u64> max_context_at);
+/// The devices of a deployment: each --gpu from the catalog, `auto` the device `profile`
+/// measured, and without --gpu, that device when there is a profile (docs/device-profile.md).
+/// A profile set on a GPU it did not measure gets a warning. `how_to_measure` ends the error
+/// of `auto` without a profile.
+std::vector<Gpu> deployment_devices(const DeploymentOptions& d,
+                                    const std::optional<DeviceProfile>& profile,
+                                    const GpuCatalog& catalog, const std::string& how_to_measure,
+                                    Diagnostics& diagnostics);
+/// One capacity request per model × device × tp of the options.
+std::vector<CapacityRequest>
+capacity_requests(const std::vector<Model>& models, const CacheOptions& cache,
+                  const DeploymentOptions& d, const std::vector<Gpu>& devices,
+                  std::vector<u64> contexts, std::optional<u64> max_context_at);
 int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err);
 int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err);
 int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err);

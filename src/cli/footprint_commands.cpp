@@ -308,8 +308,11 @@ int run_footprint(const FootprintArgs& args, bool compare, std::ostream& out, st
     for (const auto& e : entries) {
       models.push_back(e.model);
     }
-    auto requests =
-        capacity_requests(models, args.cache, args.deployment, options.contexts, std::nullopt);
+    std::vector<Gpu> devices =
+        deployment_devices(args.deployment, std::nullopt, GpuCatalog(args.deployment.gpu_file),
+                           "compare takes catalog GPUs only", diagnostics);
+    auto requests = capacity_requests(models, args.cache, args.deployment, devices,
+                                      options.contexts, std::nullopt);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       entries[i].capacity = compute_capacity(requests[i]);
       for (const auto& note : entries[i].capacity->notes) {

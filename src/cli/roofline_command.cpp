@@ -197,17 +197,9 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     }
     profile = to_device_profile(run_measure(*backend, options), "(measured now)");
   }
-  GpuCatalog catalog(args.deployment.gpu_file);
-  // --gpu auto: this machine's device, as measured.
-  std::vector<std::string> gpu_names = args.deployment.gpus;
-  std::optional<Gpu> measured_device;
-  if (std::find(gpu_names.begin(), gpu_names.end(), "auto") != gpu_names.end()) {
-    if (!profile) {
-      throw InputError("--gpu auto means this machine's device: add --measure, or a "
-                       "--device-profile that kvcalc measure wrote");
-    }
-    measured_device = device_of_profile(*profile, catalog);
-  }
+  std::vector<Gpu> devices = deployment_devices(
+      args.deployment, profile, GpuCatalog(args.deployment.gpu_file),
+      "add --measure, or a --device-profile that kvcalc measure wrote", diagnostics);
   std::optional<DType> weight_dtype;
   if (!args.deployment.weight_dtype.empty()) {
     weight_dtype = parse_dtype(args.deployment.weight_dtype, "--weight-dtype");
@@ -221,8 +213,7 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
   std::vector<std::pair<std::string, MlaCrossover>> crossovers;
   for (const Model& m : models) {
     bool mla = m.attention.kind == AttentionKind::mla;
-    for (const auto& gpu_name : gpu_names) {
-      const Gpu& gpu = gpu_name == "auto" ? *measured_device : catalog.find(gpu_name);
+    for (const Gpu& gpu : devices) {
       for (u64 tp : args.deployment.tps) {
         RooflineRequest req;
         req.model = m;
@@ -260,7 +251,6 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
       }
     }
   }
-  warn(err, diagnostics.warnings);
 
   Rendered r;
   r.json = json_header(args.mla_crossover ? "roofline-mla-crossover" : "roofline");

@@ -228,7 +228,11 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
                  "decode_tokens,prefill_tokens,kv_blocks_used,kv_occupancy,preemptions,"
                  "completed\n";
   }
-  for (const auto& request : capacity_requests(models, args.cache, deployment, {}, std::nullopt)) {
+  std::vector<Gpu> devices =
+      deployment_devices(deployment, profile, GpuCatalog(deployment.gpu_file),
+                         "add a --device-profile that kvcalc measure wrote", diagnostics);
+  for (const auto& request :
+       capacity_requests(models, args.cache, deployment, devices, {}, std::nullopt)) {
     CapacityResult capacity = compute_capacity(request);
     if (!capacity.fits) {
       Scenario s;

@@ -156,7 +156,7 @@ Gpu device_of_profile(const DeviceProfile& profile, const GpuCatalog& catalog) {
   try {
     return catalog.find(slug);
   } catch (const InputError&) {
-    throw InputError("--gpu auto: the profile measured '" + name + "', which the GPU catalog " +
+    throw InputError("the device profile measured '" + name + "', which the GPU catalog " +
                      "does not know as '" + slug + "'; name the catalog GPU with --gpu, or " +
                      "add it (with '" + slug + "' as an alias) in a --gpu-file");
   }

@@ -129,15 +129,24 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
   CHECK(r.out.find("\"name\": \"mla_decode.naive\"") != std::string::npos);
   std::string yaml = slurp(profile);
   CHECK(yaml.find("backend: cpu") != std::string::npos);
+  // A named GPU gets the measured ceilings, with a warning that they are not its own.
   Run roof =
       cli({"roofline", "llama-3.1-8b", "--gpu", "h100", "--device-profile", profile.string()});
   CHECK(roof.code == 0);
   CHECK(roof.out.find("device profile " + profile.string() + " (cpu") != std::string::npos);
-  // --gpu auto: the measured CPU is the device.
-  Run cpu = cli({"roofline", "llama-3.1-8b", "--gpu", "auto", "--device-profile", profile.string(),
-                 "--format", "csv"});
-  CHECK(cpu.code == 0);
-  CHECK(cpu.out.find("llama-3.1-8b,cpu,1,decode") != std::string::npos);
+  CHECK(roof.err.find("stand in for the h100-sxm's; drop --gpu") != std::string::npos);
+  // --gpu auto, or no --gpu: the measured CPU is the device.
+  for (bool named : {true, false}) {
+    std::vector<std::string> args{"roofline",       "llama-3.1-8b", "--device-profile",
+                                  profile.string(), "--format",     "csv"};
+    if (named) {
+      args.insert(args.end(), {"--gpu", "auto"});
+    }
+    Run cpu = cli(args);
+    CHECK(cpu.code == 0);
+    CHECK(cpu.out.find("llama-3.1-8b,cpu,1,decode") != std::string::npos);
+    CHECK(cpu.err.find("stand in") == std::string::npos);
+  }
   std::filesystem::remove_all(dir);
 }
 
