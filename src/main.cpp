@@ -1,5 +1,6 @@
 #include <exception>
 #include <iostream>
+#include <new>
 
 #include <kvcalc/cli/app.hpp>
 #include <kvcalc/core/error.hpp>
@@ -11,6 +12,11 @@ int main(int argc, char** argv) {
     std::cout.flush();
     std::cerr << "kvcalc: error: " << e.what() << '\n';
     return static_cast<int>(e.code());
+  } catch (const std::bad_alloc&) {
+    std::cout.flush();
+    std::cerr << "kvcalc: error: out of memory, ask for less (a shorter --context, a smaller "
+                 "--batch, fewer --requests), or run where there is more\n";
+    return static_cast<int>(kvcalc::ExitCode::error);
   } catch (const std::exception& e) {
     std::cout.flush();
     std::cerr << "kvcalc: internal error: " << e.what() << '\n';

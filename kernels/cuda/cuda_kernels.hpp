@@ -32,6 +32,9 @@ struct DeviceInfo {
 };
 [[nodiscard]] DeviceInfo device_info();
 
+/// Device memory free now (device 0).
+[[nodiscard]] std::uint64_t device_free_bytes();
+
 /// STREAM-style read (sum), copy and triad over float4 arrays of `bytes_per_array` in device
 /// memory; the median of `repeats` timed passes after a warm-up, bytes read + written counted.
 [[nodiscard]] BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned repeats);

@@ -48,6 +48,13 @@ DeviceInfo device_info() {
   return d;
 }
 
+std::uint64_t device_free_bytes() {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  KVCALC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return free_bytes;
+}
+
 void flush_l2(cudaStream_t stream) {
   static DeviceBuffer<unsigned char> scratch;
   if (scratch.size() == 0) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <limits>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -18,6 +20,23 @@
 namespace kvcalc {
 
 namespace measure_detail {
+
+std::optional<std::uint64_t> meminfo_bytes(std::string_view key) {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // "MemAvailable:   20140516 kB"
+    if (line.size() > key.size() && line.compare(0, key.size(), key) == 0 &&
+        line[key.size()] == ':') {
+      std::istringstream fields(line.substr(key.size() + 1));
+      std::uint64_t kib = 0;
+      if (fields >> kib) {
+        return kib * 1024;
+      }
+    }
+  }
+  return std::nullopt;
+}
 
 void require_agreement(const std::string& kernel, const MlaKernelConfig& c,
                        const kernels::Agreement& a, const std::string& against,
@@ -86,6 +105,11 @@ public:
   }
   [[nodiscard]] unsigned threads() const override { return m_threads; }
   [[nodiscard]] double bytes_per_element() const override { return 2; } // bf16 cache and weights
+  [[nodiscard]] double memory_available_bytes() const override {
+    // Without /proc/meminfo the allocation itself is the check.
+    return static_cast<double>(measure_detail::meminfo_bytes("MemAvailable")
+                                   .value_or(std::numeric_limits<std::uint64_t>::max()));
+  }
 
   [[nodiscard]] ProbeResults probe(bool quick) override {
     ProbeResults p;
@@ -142,14 +166,16 @@ private:
   measure_detail::AbsorbedOutput m_absorbed;
 };
 
-/// Fixed figures and kernel times of 1.25x (absorbed) and 1.4x (naive) the roofline bound:
-/// exercises measure, calibration and reporting without hardware, the same on every machine.
+/// Fixed figures, 80 GiB of memory, and kernel times of 1.25x (absorbed) and 1.4x (naive) the
+/// roofline bound: exercises measure, calibration and reporting without hardware, the same on
+/// every machine.
 class FakeBackend final : public MeasureBackend {
 public:
   [[nodiscard]] std::string name() const override { return "fake"; }
   [[nodiscard]] std::string device() const override { return "fake device"; }
   [[nodiscard]] unsigned threads() const override { return 4; }
   [[nodiscard]] double bytes_per_element() const override { return 2; }
+  [[nodiscard]] double memory_available_bytes() const override { return 80.0 * (1ULL << 30); }
   [[nodiscard]] ProbeResults probe(bool /*quick*/) override {
     ProbeResults p;
     p.read_bytes_per_s = 1.0e11;

@@ -2,8 +2,11 @@
 // Shared by the measure backends: the checks before timing (docs/device-profile.md), and the
 // CUDA backend's factory (src/measure/cuda_backend.cpp, built with CUDA only).
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <cpu/mla_decode.hpp>
@@ -19,6 +22,10 @@ inline constexpr double k_max_cos_diff = 1e-5;
 inline constexpr double k_max_cos_diff_between = 2e-5;
 inline constexpr double k_abs_bar_between = 2 * kernels::k_abs_bar;
 inline constexpr double k_rel_bar_between = 2 * kernels::k_rel_bar;
+
+/// A /proc/meminfo figure in bytes ("MemTotal", "MemAvailable"); none where the system has no
+/// such file or line.
+[[nodiscard]] std::optional<std::uint64_t> meminfo_bytes(std::string_view key);
 
 /// Timed repeats of each probe and kernel, every backend (REFERENCE §4: the median of at least
 /// 10); `--quick` runs fewer.

@@ -45,6 +45,10 @@ public:
   }
   [[nodiscard]] unsigned threads() const override { return static_cast<unsigned>(m_info.sm_count); }
   [[nodiscard]] double bytes_per_element() const override { return 2; } // bf16
+  [[nodiscard]] double memory_available_bytes() const override {
+    return guarded("free memory", m_info.name,
+                   [] { return static_cast<double>(gpu::device_free_bytes()); });
+  }
 
   [[nodiscard]] ProbeResults probe(bool quick) override {
     return guarded("probes", m_info.name, [&] {

@@ -10,6 +10,9 @@
 #include <fmt/format.h>
 
 #include <kvcalc/core/error.hpp>
+#include <kvcalc/core/units.hpp>
+
+#include "backends.hpp"
 
 namespace kvcalc {
 
@@ -19,6 +22,7 @@ constexpr double k_dc = 512;
 constexpr double k_dr = 64;
 constexpr double k_dnope = 128;
 constexpr double k_dv = 128;
+constexpr double k_page_tokens = 64; // the kernels' cache block
 } // namespace
 
 KernelCost mla_kernel_cost(const MlaKernelConfig& c, bool naive, double w) {
@@ -43,6 +47,15 @@ KernelCost mla_kernel_cost(const MlaKernelConfig& c, bool naive, double w) {
   return k;
 }
 
+double mla_inputs_bytes(const MlaKernelConfig& c, double w) {
+  double pages = std::ceil(static_cast<double>(c.context) / k_page_tokens);
+  double b = static_cast<double>(c.batch);
+  double h = static_cast<double>(c.heads);
+  double s = static_cast<double>(c.query);
+  return b * pages * k_page_tokens * (k_dc + k_dr) * w + h * k_dc * (k_dnope + k_dv) * w +
+         b * s * h * (k_dnope + k_dr) * 4;
+}
+
 MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options) {
   auto say = [&](const std::string& what) {
     if (options.progress) {
@@ -59,6 +72,23 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
   char date[16];
   std::strftime(date, sizeof date, "%Y-%m-%d", &utc);
   r.date = r.backend == "fake" ? "1970-01-01" : date;
+
+  double available = backend.memory_available_bytes();
+  for (u64 h : options.heads) {
+    for (u64 b : options.batches) {
+      for (u64 t : options.contexts) {
+        double need = mla_inputs_bytes({h, b, t, options.query}, backend.bytes_per_element());
+        if (need > available) {
+          throw InputError(fmt::format(
+              "heads {}, batch {}, context {}: the kernels' inputs (the latent cache in pages of "
+              "64 tokens, W_UK and W_UV, the queries) take {:.1f} GiB, more than the {:.1f} GiB "
+              "of memory available on {}; lower --batch or --context",
+              group_digits(h), group_digits(b), group_digits(t), need / 1073741824.0,
+              available / 1073741824.0, backend.device()));
+        }
+      }
+    }
+  }
 
   say("probing bandwidth and compute");
   r.probes = backend.probe(options.quick);
@@ -117,16 +147,7 @@ Gpu cpu_as_gpu(const DeviceProfile& profile) {
   g.display_name = profile.device;
   g.vendor = "cpu";
   g.architecture = "cpu";
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  u64 kib = 0;
-  while (meminfo >> key >> kib) {
-    if (key == "MemTotal:") {
-      break;
-    }
-    meminfo.ignore(256, '\n');
-  }
-  g.memory_bytes = kib * 1024;
+  g.memory_bytes = measure_detail::meminfo_bytes("MemTotal").value_or(0);
   g.memory_nominal_bytes = g.memory_bytes;
   g.memory_bandwidth_bytes_per_s = profile.bandwidth_bytes_per_s;
   g.flops_per_s = profile.flops_per_s;

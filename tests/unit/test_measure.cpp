@@ -2,6 +2,8 @@
 
 #include <kvcalc/measure/measure.hpp>
 
+#include "../../src/measure/backends.hpp"
+
 using namespace kvcalc;
 
 TEST_CASE("MLA kernel costs match the worked example of docs/formulas.md", "[measure]") {
@@ -17,6 +19,31 @@ TEST_CASE("MLA kernel costs match the worked example of docs/formulas.md", "[mea
   CHECK(naive.bytes == 71'570'432.0);
   // Decompression 2·8·4096·512·256, scores 2·8·4096·192, P·V 2·8·4096·128.
   CHECK(naive.flops == 8'610'906'112.0);
+}
+
+TEST_CASE("MLA inputs take whole pages of the cache, the weights and the fp32 queries",
+          "[measure]") {
+  // 8 · 64 pages · 64 · 576 · 2 + 512 · 256 · 2 + 8 · 1 · 1 · 192 · 4.
+  CHECK(mla_inputs_bytes({1, 8, 4096, 1}, 2) == 38'017'024.0);
+  // One token more opens a 65th page in each sequence: 8 · 64 · 576 · 2 more.
+  CHECK(mla_inputs_bytes({1, 8, 4097, 1}, 2) == 38'017'024.0 + 589'824.0);
+  // No overflow where a product in integers would wrap: 2^40 sequences of 2^40 tokens.
+  double huge = mla_inputs_bytes({1, 1ULL << 40, 1ULL << 40, 1}, 2);
+  CHECK(huge > 1e27);
+}
+
+TEST_CASE("/proc/meminfo figures are read by their exact key", "[measure]") {
+  auto total = measure_detail::meminfo_bytes("MemTotal");
+  auto available = measure_detail::meminfo_bytes("MemAvailable");
+  if (!total) {
+    WARN("no /proc/meminfo here: not checked");
+    return;
+  }
+  REQUIRE(available);
+  CHECK(*total > (64ULL << 20));
+  CHECK(*available <= *total);
+  CHECK_FALSE(measure_detail::meminfo_bytes("Mem")); // a prefix of keys, not a key
+  CHECK_FALSE(measure_detail::meminfo_bytes("NoSuchKey"));
 }
 
 TEST_CASE("the roofline bound of a kernel uses the read probe as its memory ceiling", "[measure]") {

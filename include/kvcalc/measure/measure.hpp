@@ -31,6 +31,11 @@ struct KernelCost {
 [[nodiscard]] KernelCost mla_kernel_cost(const MlaKernelConfig& c, bool naive,
                                          double bytes_per_element);
 
+/// Bytes a configuration's inputs occupy where its kernels run: the latent cache in whole
+/// pages of 64 tokens and W_UK and W_UV at `bytes_per_element`, and the fp32 queries. In
+/// floating point, so an absurd configuration cannot overflow the check it exists for.
+[[nodiscard]] double mla_inputs_bytes(const MlaKernelConfig& c, double bytes_per_element);
+
 /// Median seconds of one phase of a kernel ("attention", "decompress", ...), where the backend
 /// times phases separately.
 struct KernelPhase {
@@ -79,6 +84,9 @@ public:
   [[nodiscard]] virtual std::string device() const = 0;
   [[nodiscard]] virtual unsigned threads() const = 0;
   [[nodiscard]] virtual double bytes_per_element() const = 0; ///< how it stores the cache
+  /// Memory free for the kernels' inputs now: the host's available memory for a CPU, free
+  /// device memory for a GPU.
+  [[nodiscard]] virtual double memory_available_bytes() const = 0;
   [[nodiscard]] virtual ProbeResults probe(bool quick) = 0;
   /// Checks the kernel against the reference on these inputs (and naive against absorbed when
   /// the same configuration ran absorbed just before), then times it; a failed check throws
@@ -112,6 +120,8 @@ struct MeasureResult {
   std::vector<KernelMeasurement> kernels;
 };
 
+/// Checks that every configuration's inputs fit the backend's memory (an InputError naming
+/// the first that does not), then probes and runs each configuration.
 [[nodiscard]] MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options);
 
 /// The device profile YAML of a measurement (readable by parse_device_profile).
