@@ -133,9 +133,14 @@ BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned thread
   return r;
 }
 
-double measure_fma_flops(unsigned threads, double seconds_per_thread) {
-  // Independent chains of vector multiply-adds, enough to cover the FMA latency on every pipe
-  // (two pipes × four or five cycles), in the widest vectors the kernels were built for.
+namespace {
+
+/// FLOP/s of `step` (one vector multiply-add per chain, `flops_per_step` FLOPs each) over
+/// independent chains, enough to cover the latency on every pipe (two pipes × four or five
+/// cycles), on all threads for `seconds_per_thread`.
+template <class Step>
+double chained_flops(unsigned threads, double seconds_per_thread, double flops_per_step,
+                     Step step) {
   constexpr int k_chains = 12;
   std::atomic<std::uint64_t> iterations{0};
   std::vector<float> sink(threads, 0.0f);
@@ -144,14 +149,12 @@ double measure_fma_flops(unsigned threads, double seconds_per_thread) {
     for (int i = 0; i < k_chains; ++i) {
       acc[i] = simd::splat(1.0f + static_cast<float>(i) * 1e-3f);
     }
-    const simd::Vec mul = simd::splat(0.999999f);
-    const simd::Vec add = simd::splat(1e-7f);
     std::uint64_t done = 0;
     auto start = Clock::now();
     while (since(start) < seconds_per_thread) {
       for (int rep = 0; rep < 4096; ++rep) {
         for (int i = 0; i < k_chains; ++i) {
-          acc[i] = acc[i] * mul + add;
+          acc[i] = step(acc[i]);
         }
       }
       done += 4096;
@@ -169,7 +172,31 @@ double measure_fma_flops(unsigned threads, double seconds_per_thread) {
   }
   volatile float observed = keep;
   (void)observed;
-  return 2.0 * k_chains * simd::k_lanes * static_cast<double>(iterations.load()) / elapsed;
+  return flops_per_step * k_chains * static_cast<double>(iterations.load()) / elapsed;
+}
+
+} // namespace
+
+double measure_fma_flops(unsigned threads, double seconds_per_thread) {
+  const simd::Vec mul = simd::splat(0.999999f);
+  const simd::Vec add = simd::splat(1e-7f);
+  return chained_flops(threads, seconds_per_thread, 2.0 * simd::k_lanes,
+                       [&](simd::Vec acc) { return acc * mul + add; });
+}
+
+double measure_fma_bf16_flops(unsigned threads, double seconds_per_thread) {
+#if KVCALC_SIMD_BF16_PAIRS
+  // Pairs of 2^-10: each step adds 2^-19 per lane, so the sums stay finite and normal however
+  // long the run.
+  std::vector<std::uint16_t> bits(2 * simd::k_lanes, 0x3A80);
+  const simd::Pairs a = simd::load_pairs(bits.data());
+  return chained_flops(threads, seconds_per_thread, 4.0 * simd::k_lanes,
+                       [&](simd::Vec acc) { return simd::dot_pairs(acc, a, a); });
+#else
+  (void)threads;
+  (void)seconds_per_thread;
+  return 0;
+#endif
 }
 
 double measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats) {

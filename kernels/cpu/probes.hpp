@@ -22,6 +22,11 @@ struct BandwidthResult {
 /// FP32 FLOP/s of independent fused multiply-adds in registers, all threads.
 [[nodiscard]] double measure_fma_flops(unsigned threads, double seconds_per_thread);
 
+/// FLOP/s of bf16 pair dot products into fp32 (AVX512-BF16's vdpbf16ps: two products and two
+/// sums per lane), the instruction the absorbed kernel's scores use where the build has it;
+/// 0 where it does not (KVCALC_SIMD_BF16_PAIRS).
+[[nodiscard]] double measure_fma_bf16_flops(unsigned threads, double seconds_per_thread);
+
 /// FP32 FLOP/s of an n × n × n GEMM (Eigen), one product per thread; the median of `repeats`.
 [[nodiscard]] double measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats);
 

@@ -53,6 +53,7 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
   pj["copy_bytes_per_s"] = p.copy_bytes_per_s;
   pj["triad_bytes_per_s"] = p.triad_bytes_per_s;
   pj["fma_fp32_flops_per_s"] = p.fma_flops_per_s;
+  pj["fma_bf16_flops_per_s"] = p.fma_bf16_flops_per_s ? Json(*p.fma_bf16_flops_per_s) : Json();
   pj["flops_per_s"] = peak_flops_json(p.gemm_flops_per_s);
 
   Table probes;
@@ -64,6 +65,10 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
       {Cell::text("triad (2 reads + write)"), Cell::bytes_per_s(p.triad_bytes_per_s)},
       {Cell::text("bandwidth ceiling (read)"), Cell::bytes_per_s(p.bandwidth_bytes_per_s)},
       {Cell::text("FMA loop fp32"), Cell::flops(p.fma_flops_per_s)}};
+  if (p.fma_bf16_flops_per_s) {
+    probes.rows.push_back(
+        {Cell::text("FMA loop bf16 pairs"), Cell::flops(*p.fma_bf16_flops_per_s)});
+  }
   for (auto [name, value] : {std::pair{"GEMM fp32", p.gemm_flops_per_s.fp32},
                              std::pair{"GEMM fp16", p.gemm_flops_per_s.fp16},
                              std::pair{"GEMM bf16", p.gemm_flops_per_s.bf16}}) {

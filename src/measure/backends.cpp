@@ -122,6 +122,9 @@ public:
     p.copy_bytes_per_s = bw.copy_bytes_per_s;
     p.triad_bytes_per_s = bw.triad_bytes_per_s;
     p.fma_flops_per_s = kernels::measure_fma_flops(m_threads, quick ? 0.05 : 0.25);
+    if (double bf16 = kernels::measure_fma_bf16_flops(m_threads, quick ? 0.05 : 0.25); bf16 > 0) {
+      p.fma_bf16_flops_per_s = bf16;
+    }
     p.gemm_flops_per_s.fp32 =
         kernels::measure_gemm_flops(quick ? 512 : 1024, m_threads, cpu_runs(quick));
     return p;
@@ -183,6 +186,7 @@ public:
     p.copy_bytes_per_s = 1.2e11;
     p.triad_bytes_per_s = 1.1e11;
     p.fma_flops_per_s = 4.0e12;
+    p.fma_bf16_flops_per_s = 8.0e12;
     p.gemm_flops_per_s.bf16 = 2.0e12;
     p.gemm_flops_per_s.fp32 = 1.0e12;
     return p;

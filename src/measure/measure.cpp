@@ -205,6 +205,9 @@ std::string device_profile_yaml(const MeasureResult& r) {
   y << "  copy_bytes_per_s: " << num(r.probes.copy_bytes_per_s) << "\n";
   y << "  triad_bytes_per_s: " << num(r.probes.triad_bytes_per_s) << "\n";
   y << "  fma_fp32_flops_per_s: " << num(r.probes.fma_flops_per_s) << "\n";
+  if (r.probes.fma_bf16_flops_per_s) {
+    y << "  fma_bf16_flops_per_s: " << num(*r.probes.fma_bf16_flops_per_s) << "\n";
+  }
   y << "kernels:\n";
   for (const auto& k : r.kernels) {
     y << "  - {name: " << k.name << ", heads: " << k.config.heads << ", batch: " << k.config.batch

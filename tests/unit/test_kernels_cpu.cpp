@@ -209,6 +209,13 @@ TEST_CASE("CPU probes return sane figures (smoke)", "[kernels][probes]") {
   // The ASan build runs this at -O0, on a shared machine: 1e8 was seen missed by 5% there.
   CHECK(fma > 1e7);
   CHECK(fma < 1e13);
+  double bf16 = measure_fma_bf16_flops(1, 0.02);
+  if (KVCALC_SIMD_BF16_PAIRS != 0) {
+    CHECK(bf16 > 1e7);
+    CHECK(bf16 < 1e13);
+  } else {
+    CHECK(bf16 == 0);
+  }
   double gemm = measure_gemm_flops(128, 1, 1);
   CHECK(gemm > 1e7);
   CHECK(gemm < 1e13);

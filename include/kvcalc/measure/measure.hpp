@@ -66,6 +66,8 @@ struct ProbeResults {
   /// some machines (a few CPU cores) moves more bytes per second than reads alone ever can.
   double bandwidth_bytes_per_s = 0;
   double fma_flops_per_s = 0; ///< fp32 FMA loop
+  /// bf16 pair dot products into fp32 (a CPU with AVX512-BF16); none where not measured.
+  std::optional<double> fma_bf16_flops_per_s;
   PeakFlops gemm_flops_per_s; ///< GEMM per dtype (fp32 on the CPU)
 };
 
