@@ -76,7 +76,7 @@ BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned thread
   // Each thread's range a whole number of vector groups, so the read loop has no remainder.
   constexpr std::uint64_t k_group = k_read_chains * simd::k_lanes;
   auto range = [&](unsigned t) {
-    std::uint64_t chunk = (n / threads + k_group - 1) / k_group * k_group;
+    std::uint64_t chunk = ((n + threads - 1) / threads + k_group - 1) / k_group * k_group;
     return std::pair<std::uint64_t, std::uint64_t>{std::min(n, t * chunk),
                                                    std::min(n, (t + 1) * chunk)};
   };
