@@ -14,8 +14,8 @@ int main(int argc, char** argv) {
     return static_cast<int>(e.code());
   } catch (const std::bad_alloc&) {
     std::cout.flush();
-    std::cerr << "kvcalc: error: out of memory, ask for less (a shorter --context, a smaller "
-                 "--batch, fewer --requests), or run where there is more\n";
+    std::cerr << "kvcalc: error: out of memory: ask for less (shorter contexts, fewer sequences, "
+                 "heads or requests), or run where there is more memory\n";
     return static_cast<int>(kvcalc::ExitCode::error);
   } catch (const std::exception& e) {
     std::cout.flush();

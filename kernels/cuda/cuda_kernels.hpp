@@ -73,6 +73,11 @@ struct MlaRunTimes {
 /// workspace.
 class MlaDecodeCuda {
 public:
+  /// Device memory the constructor allocates for `shape` at most: inputs, the absorbed path's
+  /// buffers at the largest split count, and the naive workspace at its smallest (one
+  /// sequence), in floating point so no shape overflows it.
+  [[nodiscard]] static double device_bytes(const MlaShape& shape);
+
   MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed);
   ~MlaDecodeCuda();
   MlaDecodeCuda(const MlaDecodeCuda&) = delete;

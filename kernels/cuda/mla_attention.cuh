@@ -12,6 +12,7 @@ namespace kvcalc::kernels::cuda {
 
 constexpr int k_latent = 512;         ///< d_c: the value width and the first part of the key
 constexpr int k_key = 576;            ///< d_c + d_R
+constexpr int k_max_splits = 64;      ///< KV splits of one sequence, at most
 constexpr int k_tile_tokens = 32;     ///< latent rows per pipeline stage
 constexpr int k_smem_row = k_key + 8; ///< padded row (bf16): 1168 B, so ldmatrix rows miss banks
 constexpr int k_p_row = k_tile_tokens + 8; ///< padded row of P (bf16)

@@ -181,6 +181,24 @@ struct MlaDecodeCuda::State {
   }
 };
 
+double MlaDecodeCuda::device_bytes(const MlaShape& shape) {
+  const double B = static_cast<double>(shape.batch);
+  const double H = static_cast<double>(shape.heads);
+  const double S = static_cast<double>(shape.query);
+  const double T = static_cast<double>(shape.context);
+  const double pages = std::ceil(T / static_cast<double>(shape.block));
+  const double rows = S * H;
+  const double b16 = sizeof(bf16);
+  double inputs =
+      B * S * H * 192 * b16 + B * pages * static_cast<double>(shape.block) * k_key * b16 +
+      B * pages * sizeof(std::int32_t) + 2 * H * 128 * k_latent * b16 + B * S * H * 128 * b16;
+  double absorbed = B * rows * k_key * b16 + k_max_splits * B * rows * k_latent * sizeof(float) +
+                    k_max_splits * B * rows * sizeof(float2) + B * rows * k_latent * b16;
+  double naive = H * 256 * k_latent * b16 + T * k_key * b16 + T * H * 256 * b16 +
+                 S * H * T * (sizeof(float) + b16);
+  return inputs + absorbed + naive;
+}
+
 MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed)
     : m(std::make_unique<State>()) {
   if (shape.d_c != k_latent || shape.d_r != k_key - k_latent || shape.d_nope != 128 ||
@@ -262,7 +280,7 @@ MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed)
   const long long slots = static_cast<long long>(sms) * per_sm;
   // Time of n splits ∝ waves × tiles per CTA, plus 1% per split for the combine step (which
   // reads every split's partial output): the cheapest n, at least 4 tiles (128 tokens) each.
-  const int max_splits = std::max(1, std::min(tiles / 4, 64));
+  const int max_splits = std::max(1, std::min(tiles / 4, k_max_splits));
   auto cost = [&](int n) {
     long long waves = (base * n + slots - 1) / slots;
     return static_cast<double>(waves * ((tiles + n - 1) / n)) * (1.0 + 0.01 * n);

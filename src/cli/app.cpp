@@ -66,11 +66,15 @@ void add_footprint_options(CLI::App* cmd, cli::FootprintArgs& a) {
   add_output_options(cmd, a.output);
 }
 
-void add_deployment_options(CLI::App* cmd, cli::DeploymentOptions& d) {
-  cmd->add_option("--gpu", d.gpus,
-                  "GPU from the catalog (`kvcalc gpus`), any case, aliases accepted; a "
-                  "comma-separated list sweeps; `auto`: the device a --device-profile measured, "
-                  "which is also the default when a profile is given")
+/// `measured`: the command takes a --device-profile, so `--gpu auto` (its device) applies.
+void add_deployment_options(CLI::App* cmd, cli::DeploymentOptions& d, bool measured = true) {
+  std::string gpu_help = "GPU from the catalog (`kvcalc gpus`), any case, aliases accepted; a "
+                         "comma-separated list sweeps";
+  if (measured) {
+    gpu_help += "; `auto`: the device a --device-profile measured, which is also the default "
+                "when a profile is given";
+  }
+  cmd->add_option("--gpu", d.gpus, gpu_help)
       ->delimiter(',')
       ->type_name("GPU,...")
       ->capture_default_str();
@@ -175,7 +179,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->type_name("MODEL");
   add_footprint_options(compare_cmd, compare);
   compare.deployment.gpus.clear();
-  add_deployment_options(compare_cmd, compare.deployment);
+  add_deployment_options(compare_cmd, compare.deployment, false);
 
   cli::CapacityArgs capacity;
   auto* capacity_cmd = app.add_subcommand(
@@ -267,7 +271,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->type_name("FILE");
   roofline_cmd->add_flag("--measure", roofline.measure,
                          "Measure this machine's ceilings first (kvcalc measure's probes) and use "
-                         "them; with --gpu auto the measured CPU is the device");
+                         "them; without --gpu (or with --gpu auto) the measured device is the "
+                         "device");
   roofline_cmd->add_flag("--no-comm", roofline.no_communication,
                          "Leave out TP all-reduce and EP all-to-all time");
   roofline_cmd->add_flag("--ops", roofline.ops, "Print the op table of every scenario");

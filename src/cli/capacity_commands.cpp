@@ -1,6 +1,7 @@
 // `gpus` (the catalog) and `capacity` (how many sequences fit, engine by engine).
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <ostream>
 #include <set>
@@ -146,34 +147,47 @@ std::vector<Gpu> deployment_devices(const DeploymentOptions& d,
                                     const std::optional<DeviceProfile>& profile,
                                     const GpuCatalog& catalog, const std::string& how_to_measure,
                                     Diagnostics& diagnostics) {
+  auto is_auto = [](const std::string& name) {
+    std::string lower;
+    for (char c : name) {
+      lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    return lower == "auto";
+  };
   std::vector<std::string> names = d.gpus;
   if (profile && !d.gpu_given) {
     names = {"auto"};
   }
   std::vector<Gpu> devices;
   for (const auto& name : names) {
-    if (name == "auto") {
+    if (is_auto(name)) {
       if (!profile) {
         throw InputError("--gpu auto means the device a profile measured: " + how_to_measure);
       }
-      devices.push_back(device_of_profile(*profile, catalog));
+      Gpu measured = device_of_profile(*profile, catalog);
+      bool several = std::any_of(d.tps.begin(), d.tps.end(), [](u64 tp) { return tp > 1; }) ||
+                     d.pp > 1 || d.ep > 1 || d.dcp > 1 ||
+                     (!d.gpu_count.empty() && parse_count(d.gpu_count, "--gpus") > 1);
+      if (measured.vendor == "cpu" && several) {
+        throw InputError("the device profile measured a CPU, one device: --tp, --pp, --ep, "
+                         "--dcp and --gpus above 1 need GPUs; name a catalog --gpu to model a "
+                         "deployment with the CPU's ceilings, or drop them");
+      }
+      devices.push_back(std::move(measured));
       continue;
     }
     const Gpu& gpu = catalog.find(name);
     if (profile) {
-      bool same = false;
-      if (profile->backend != "cpu") {
-        try {
-          same = device_of_profile(*profile, catalog).name == gpu.name;
-        } catch (const InputError&) {
-          same = false; // a device the catalog does not know is not this GPU
-        }
+      std::optional<Gpu> own;
+      try {
+        own = device_of_profile(*profile, catalog);
+      } catch (const InputError&) {
+        own.reset(); // fake, or a GPU the catalog does not know: no device to point to
       }
-      if (!same) {
-        diagnostics.warnings.push_back(
-            fmt::format("the ceilings measured on {} ({}, {}) stand in for the {}'s; drop --gpu "
-                        "to model the measured device",
-                        profile->device, profile->backend, profile->file, gpu.name));
+      if (!own || own->name != gpu.name) {
+        diagnostics.warnings.push_back(fmt::format(
+            "{} takes the ceilings the {} backend measured on {}{}", gpu.name, profile->backend,
+            profile->device, own ? "; use --gpu auto to model the measured device" : ""));
       }
     }
     devices.push_back(gpu);

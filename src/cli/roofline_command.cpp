@@ -280,6 +280,7 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     r.json["crossovers"] = std::move(list);
     r.csv = t;
     r.tables.push_back(std::move(t));
+    warn(err, diagnostics.warnings);
     emit(r, args.output, out);
     return 0;
   }

@@ -38,6 +38,62 @@ std::optional<std::uint64_t> meminfo_bytes(std::string_view key) {
   return std::nullopt;
 }
 
+namespace {
+
+/// A number in a file ("max" and anything else that is not digits: none).
+std::optional<double> number_in(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  if (in >> text && !text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+    return std::stod(text);
+  }
+  return std::nullopt;
+}
+
+/// What this process's memory cgroup has left under its limit: v2's memory.max less
+/// memory.current, or v1's memory.limit_in_bytes less memory.usage_in_bytes; none without a
+/// limit.
+std::optional<double> cgroup_memory_left() {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(self, line)) {
+    // "0::/path" (v2), or "4:memory:/path" (v1, the controllers comma-separated).
+    auto first = line.find(':');
+    auto second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) {
+      continue;
+    }
+    std::string controllers = "," + line.substr(first + 1, second - first - 1) + ",";
+    std::string path = line.substr(second + 1);
+    std::optional<double> limit;
+    std::optional<double> used;
+    if (controllers == ",,") {
+      limit = number_in("/sys/fs/cgroup" + path + "/memory.max");
+      used = number_in("/sys/fs/cgroup" + path + "/memory.current");
+    } else if (controllers.find(",memory,") != std::string::npos) {
+      limit = number_in("/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes");
+      used = number_in("/sys/fs/cgroup/memory" + path + "/memory.usage_in_bytes");
+    }
+    if (limit) {
+      return std::max(0.0, *limit - used.value_or(0));
+    }
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+double host_memory_available_bytes() {
+  double available = std::numeric_limits<double>::infinity();
+  if (auto bytes = meminfo_bytes("MemAvailable")) {
+    available = static_cast<double>(*bytes);
+  }
+  if (auto left = cgroup_memory_left()) {
+    available = std::min(available, *left);
+  }
+  return available;
+}
+
 void require_agreement(const std::string& kernel, const MlaKernelConfig& c,
                        const kernels::Agreement& a, const std::string& against,
                        double max_cos_diff) {
@@ -106,9 +162,18 @@ public:
   [[nodiscard]] unsigned threads() const override { return m_threads; }
   [[nodiscard]] double bytes_per_element() const override { return 2; } // bf16 cache and weights
   [[nodiscard]] double memory_available_bytes() const override {
-    // Without /proc/meminfo the allocation itself is the check.
-    return static_cast<double>(measure_detail::meminfo_bytes("MemAvailable")
-                                   .value_or(std::numeric_limits<std::uint64_t>::max()));
+    return measure_detail::host_memory_available_bytes();
+  }
+  [[nodiscard]] double memory_needed_bytes(const MlaKernelConfig& c) const override {
+    double rows =
+        static_cast<double>(c.batch) * static_cast<double>(c.query) * static_cast<double>(c.heads);
+    // The naive kernel's fp32 W_UK and W_UV, and each thread's chunk of 1024 tokens (latent,
+    // K, V, scores); the absorbed kernel's latent query and output; three outputs kept.
+    double naive = static_cast<double>(c.heads) * 2 * 128 * 512 * 4 +
+                   m_threads * 1024.0 * (576 + 2 * 128 + static_cast<double>(c.query)) * 4;
+    double absorbed = rows * (576 + 512) * 4;
+    return mla_inputs_bytes(c, bytes_per_element()) + std::max(naive, absorbed) +
+           3 * rows * 128 * 4;
   }
 
   [[nodiscard]] ProbeResults probe(bool quick) override {
@@ -179,6 +244,9 @@ public:
   [[nodiscard]] unsigned threads() const override { return 4; }
   [[nodiscard]] double bytes_per_element() const override { return 2; }
   [[nodiscard]] double memory_available_bytes() const override { return 80.0 * (1ULL << 30); }
+  [[nodiscard]] double memory_needed_bytes(const MlaKernelConfig& c) const override {
+    return mla_inputs_bytes(c, bytes_per_element());
+  }
   [[nodiscard]] ProbeResults probe(bool /*quick*/) override {
     ProbeResults p;
     p.read_bytes_per_s = 1.0e11;

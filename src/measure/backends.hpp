@@ -27,6 +27,11 @@ inline constexpr double k_rel_bar_between = 2 * kernels::k_rel_bar;
 /// such file or line.
 [[nodiscard]] std::optional<std::uint64_t> meminfo_bytes(std::string_view key);
 
+/// Memory this process may still take: MemAvailable, lowered to what is left under the cgroup
+/// (v2) memory limit when there is one; unbounded where the system says neither, so the
+/// allocation itself is the check.
+[[nodiscard]] double host_memory_available_bytes();
+
 /// Timed repeats of each probe and kernel, every backend (REFERENCE §4: the median of at least
 /// 10); `--quick` runs fewer.
 inline constexpr unsigned k_timed_runs = 10;

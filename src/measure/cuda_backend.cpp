@@ -28,6 +28,8 @@ auto guarded(const std::string& what, const std::string& device, Body&& body) ->
     return body();
   } catch (const Error&) {
     throw;
+  } catch (const std::bad_alloc&) {
+    throw; // the host ran out: main says so
   } catch (const std::exception& e) {
     throw Error(fmt::format("measuring {} on {}: {}", what, device, e.what()));
   }
@@ -48,6 +50,14 @@ public:
   [[nodiscard]] double memory_available_bytes() const override {
     return guarded("free memory", m_info.name,
                    [] { return static_cast<double>(gpu::device_free_bytes()); });
+  }
+  [[nodiscard]] double memory_needed_bytes(const MlaKernelConfig& c) const override {
+    kernels::MlaShape shape;
+    shape.batch = c.batch;
+    shape.heads = c.heads;
+    shape.context = c.context;
+    shape.query = c.query;
+    return gpu::MlaDecodeCuda::device_bytes(shape);
   }
 
   [[nodiscard]] ProbeResults probe(bool quick) override {

@@ -77,13 +77,16 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
   for (u64 h : options.heads) {
     for (u64 b : options.batches) {
       for (u64 t : options.contexts) {
-        double need = mla_inputs_bytes({h, b, t, options.query}, backend.bytes_per_element());
+        MlaKernelConfig c{h, b, t, options.query};
+        double need = backend.memory_needed_bytes(c);
         if (need > available) {
           throw InputError(fmt::format(
-              "heads {}, batch {}, context {}: the kernels' inputs (the latent cache in pages of "
-              "64 tokens, W_UK and W_UV, the queries) take {:.1f} GiB, more than the {:.1f} GiB "
-              "of memory available on {}; lower --batch or --context",
+              "heads {}, batch {}, context {}: the kernels need {:.1f} GiB (their inputs, the "
+              "latent cache in pages of 64 tokens, W_UK and W_UV and the queries, take {:.1f}), "
+              "more than the {:.1f} GiB of memory available on {}; lower --batch, --context or "
+              "--heads",
               group_digits(h), group_digits(b), group_digits(t), need / 1073741824.0,
+              mla_inputs_bytes(c, backend.bytes_per_element()) / 1073741824.0,
               available / 1073741824.0, backend.device()));
         }
       }
@@ -165,6 +168,11 @@ Gpu cpu_as_gpu(const DeviceProfile& profile) {
 Gpu device_of_profile(const DeviceProfile& profile, const GpuCatalog& catalog) {
   if (profile.backend == "cpu") {
     return cpu_as_gpu(profile);
+  }
+  if (profile.backend == "fake") {
+    throw InputError("the device profile " + profile.file +
+                     " is from the fake backend, which "
+                     "measures no device: name a catalog GPU with --gpu");
   }
   std::string name = profile.device.substr(0, profile.device.find(" ("));
   std::string slug;

@@ -134,18 +134,32 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
       cli({"roofline", "llama-3.1-8b", "--gpu", "h100", "--device-profile", profile.string()});
   CHECK(roof.code == 0);
   CHECK(roof.out.find("device profile " + profile.string() + " (cpu") != std::string::npos);
-  CHECK(roof.err.find("stand in for the h100-sxm's; drop --gpu") != std::string::npos);
-  // --gpu auto, or no --gpu: the measured CPU is the device.
-  for (bool named : {true, false}) {
+  std::string mismatch = "h100-sxm takes the ceilings the cpu backend measured on ";
+  CHECK(roof.err.find(mismatch) != std::string::npos);
+  CHECK(roof.err.find("use --gpu auto to model the measured device") != std::string::npos);
+  // So does the MLA crossover, which returns early.
+  Run crossover = cli({"roofline", "deepseek-v3", "--mla-crossover", "--gpu", "h100",
+                       "--device-profile", profile.string()});
+  CHECK(crossover.code == 0);
+  CHECK(crossover.err.find(mismatch) != std::string::npos);
+  // --gpu auto (any case), or no --gpu: the measured CPU is the device.
+  for (std::string gpu : {"auto", "AUTO", ""}) {
     std::vector<std::string> args{"roofline",       "llama-3.1-8b", "--device-profile",
                                   profile.string(), "--format",     "csv"};
-    if (named) {
-      args.insert(args.end(), {"--gpu", "auto"});
+    if (!gpu.empty()) {
+      args.insert(args.end(), {"--gpu", gpu});
     }
     Run cpu = cli(args);
     CHECK(cpu.code == 0);
     CHECK(cpu.out.find("llama-3.1-8b,cpu,1,decode") != std::string::npos);
-    CHECK(cpu.err.find("stand in") == std::string::npos);
+    CHECK(cpu.err.find("takes the ceilings") == std::string::npos);
+  }
+  // A measured CPU is one device: a deployment over several is refused, not priced with no
+  // interconnect.
+  for (std::string several : {"--tp", "--pp"}) {
+    CHECK_THROWS_WITH(
+        cli({"capacity", "llama-3.1-8b", "--device-profile", profile.string(), several, "2"}),
+        Catch::Contains("the device profile measured a CPU, one device"));
   }
   std::filesystem::remove_all(dir);
 }

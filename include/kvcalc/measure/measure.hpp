@@ -86,9 +86,12 @@ public:
   [[nodiscard]] virtual std::string device() const = 0;
   [[nodiscard]] virtual unsigned threads() const = 0;
   [[nodiscard]] virtual double bytes_per_element() const = 0; ///< how it stores the cache
-  /// Memory free for the kernels' inputs now: the host's available memory for a CPU, free
-  /// device memory for a GPU.
+  /// Memory free for the kernels now: the host's available memory for a CPU (within its
+  /// cgroup's limit), free device memory for a GPU.
   [[nodiscard]] virtual double memory_available_bytes() const = 0;
+  /// Memory a configuration's kernels need there at most: their inputs (mla_inputs_bytes)
+  /// and their working buffers.
+  [[nodiscard]] virtual double memory_needed_bytes(const MlaKernelConfig& config) const = 0;
   [[nodiscard]] virtual ProbeResults probe(bool quick) = 0;
   /// Checks the kernel against the reference on these inputs (and naive against absorbed when
   /// the same configuration ran absorbed just before), then times it; a failed check throws
