@@ -74,6 +74,20 @@ TEST_CASE("CUDA MLA decode: absorbed and naive match the double reference", "[cu
   }
 }
 
+TEST_CASE("CUDA MLA decode allocates no more than device_bytes says", "[cuda][mla]") {
+  // The measure backend refuses a configuration by this bound before allocating anything, so
+  // it must not be below what the constructor takes.
+  for (MlaShape s : {shape(4, 16, 1, 4096), shape(2, 128, 2, 1000), shape(32, 16, 1, 257)}) {
+    std::uint64_t before = cuda::device_free_bytes();
+    {
+      cuda::MlaDecodeCuda problem(s, 3);
+      std::uint64_t taken = before - cuda::device_free_bytes();
+      // The slack: cuBLAS's handle and allocation granularity.
+      CHECK(static_cast<double>(taken) <= cuda::MlaDecodeCuda::device_bytes(s) + (64 << 20));
+    }
+  }
+}
+
 TEST_CASE("CUDA MLA decode refuses shapes it was not built for", "[cuda][mla]") {
   MlaShape s = shape(1, 16, 1, 64);
   s.d_c = 256;
