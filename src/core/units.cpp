@@ -23,8 +23,8 @@ std::string fmt_number(double v) {
 [[noreturn]] void bad_count(std::string_view text, std::string_view what, std::string_view why) {
   throw InputError("invalid " + std::string(what) + " '" + std::string(text) +
                    "': " + std::string(why) +
-                   "; expected a token count such as 4096, 4k (= 4,096), 128k (= 131,072) or "
-                   "1M (= 1,048,576)");
+                   "; expected a count such as 4096, 4k (= 4,096), 128k (= 131,072) or 1M "
+                   "(= 1,048,576)");
 }
 
 } // namespace
