@@ -161,6 +161,11 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
         cli({"capacity", "llama-3.1-8b", "--device-profile", profile.string(), several, "2"}),
         Catch::Contains("the device profile measured a CPU, one device"));
   }
+  // With --measure on a machine without a GPU, before the probes run.
+  if (!kvcalc::cuda_device_present()) {
+    CHECK_THROWS_WITH(cli({"roofline", "llama-3.1-8b", "--measure", "--tp", "2"}),
+                      Catch::Contains("the device profile measured a CPU, one device"));
+  }
   std::filesystem::remove_all(dir);
 }
 
