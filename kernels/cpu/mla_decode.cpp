@@ -64,10 +64,6 @@ void gather(const MlaInputs& in, std::uint64_t b, std::uint64_t first, std::uint
   }
 }
 
-/// Tokens per chunk of the naive kernel's decompression: the chunk's fp32 latent (2.4 MB at
-/// DeepSeek's width) and its K and V fit in the L3 of any server CPU.
-constexpr std::uint64_t k_naive_chunk = 1024;
-
 /// The shape as Eigen indices, and the flat index of (sequence, query token, head).
 struct Dims {
   explicit Dims(const MlaShape& s)
@@ -357,8 +353,8 @@ void mla_decode_naive(const MlaInputs& in, MlaOutput& out, unsigned threads) {
     Eigen::VectorXf peak = Eigen::VectorXf::Constant(S, -INFINITY);
     Eigen::VectorXf total = Eigen::VectorXf::Zero(S);
     RowMatrix o = RowMatrix::Zero(S, dv);
-    for (std::uint64_t t0 = 0; t0 < s.context; t0 += k_naive_chunk) {
-      gather(in, b, t0, std::min(k_naive_chunk, s.context - t0), chunk);
+    for (std::uint64_t t0 = 0; t0 < s.context; t0 += k_naive_chunk_tokens) {
+      gather(in, b, t0, std::min(k_naive_chunk_tokens, s.context - t0), chunk);
       RowMatrix k_nope = chunk.leftCols(dc) * w_uk.transpose(); // [t][d_nope]
       RowMatrix v = chunk.leftCols(dc) * w_uv.transpose();      // [t][d_v]
       RowMatrix scores =

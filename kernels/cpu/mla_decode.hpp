@@ -61,6 +61,10 @@ using MlaOutput = std::vector<float>;
 /// W_UK folded into the query, attention over the d_c + d_r latent, W_UV after.
 void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads);
 
+/// Tokens per chunk of the naive kernel's decompression: the chunk's fp32 latent (2.4 MB at
+/// DeepSeek's width) and its K and V fit in the L3 of any server CPU.
+inline constexpr std::uint64_t k_naive_chunk_tokens = 1024;
+
 /// Decompress the latent of each sequence into per-head K (nope) and V, then attend per head.
 void mla_decode_naive(const MlaInputs& in, MlaOutput& out, unsigned threads);
 

@@ -165,15 +165,20 @@ public:
     return measure_detail::host_memory_available_bytes();
   }
   [[nodiscard]] double memory_needed_bytes(const MlaKernelConfig& c) const override {
-    double rows =
+    const kernels::MlaShape dims; // DeepSeek's widths, as run_mla uses them
+    const double latent = static_cast<double>(dims.d_c + dims.d_r);
+    const double d_c = static_cast<double>(dims.d_c);
+    const double kv = static_cast<double>(dims.d_nope + dims.d_v);
+    const double rows =
         static_cast<double>(c.batch) * static_cast<double>(c.query) * static_cast<double>(c.heads);
-    // The naive kernel's fp32 W_UK and W_UV, and each thread's chunk of 1024 tokens (latent,
-    // K, V, scores); the absorbed kernel's latent query and output; three outputs kept.
-    double naive = static_cast<double>(c.heads) * 2 * 128 * 512 * 4 +
-                   m_threads * 1024.0 * (576 + 2 * 128 + static_cast<double>(c.query)) * 4;
-    double absorbed = rows * (576 + 512) * 4;
+    // The naive kernel's fp32 W_UK and W_UV, and each thread's chunk of tokens (fp32 latent, K
+    // and V, scores); the absorbed kernel's latent query and output; three outputs kept.
+    const double chunk = kernels::k_naive_chunk_tokens;
+    double naive = static_cast<double>(c.heads) * kv * d_c * 4 +
+                   m_threads * chunk * (latent + kv + static_cast<double>(c.query)) * 4;
+    double absorbed = rows * (latent + d_c) * 4;
     return mla_inputs_bytes(c, bytes_per_element()) + std::max(naive, absorbed) +
-           3 * rows * 128 * 4;
+           3 * rows * static_cast<double>(dims.d_v) * 4;
   }
 
   [[nodiscard]] ProbeResults probe(bool quick) override {

@@ -32,6 +32,22 @@ TEST_CASE("MLA inputs take whole pages of the cache, the weights and the fp32 qu
   CHECK(huge > 1e27);
 }
 
+TEST_CASE("the CPU backend needs the inputs and its kernels' working buffers", "[measure]") {
+  auto cpu = make_measure_backend("cpu");
+  MlaKernelConfig c{1, 8, 4096, 1};
+  double threads = cpu->threads();
+  // Naive (the larger here): fp32 W_UK and W_UV 1·256·512·4, and per thread a chunk of 1024
+  // tokens of fp32 latent, K and V and one score row, 1024·(576 + 256 + 1)·4; then three kept
+  // outputs of 8 rows of 128 fp32.
+  double want = 38'017'024.0 + 524'288.0 + threads * 3'411'968.0 + 12'288.0;
+  CHECK(cpu->memory_needed_bytes(c) == want);
+  // At 128 heads the absorbed kernel's latent query and output still fall short of the naive
+  // kernel's weights: 8·128·1088·4 = 4,456,448 against 128·256·512·4 = 67,108,864 and up.
+  MlaKernelConfig wide{128, 8, 4096, 1};
+  CHECK(cpu->memory_needed_bytes(wide) ==
+        mla_inputs_bytes(wide, 2) + 67'108'864.0 + threads * 3'411'968.0 + 3 * 1024 * 128 * 4.0);
+}
+
 TEST_CASE("/proc/meminfo figures are read by their exact key", "[measure]") {
   auto total = measure_detail::meminfo_bytes("MemTotal");
   auto available = measure_detail::meminfo_bytes("MemAvailable");
