@@ -158,13 +158,26 @@ std::vector<Gpu> deployment_devices(const DeploymentOptions& d,
   if (profile && !d.gpu_given) {
     names = {"auto"};
   }
+  bool any_auto = std::any_of(names.begin(), names.end(), is_auto);
+  if (any_auto && !profile) {
+    throw InputError("--gpu auto means the device a profile measured: " + how_to_measure);
+  }
+  // The device the profile measured, where kvcalc can model it: for `auto` an error says why
+  // not (a fake profile, a GPU the catalog lacks); beside a named GPU there is just none.
+  std::optional<Gpu> own;
+  if (any_auto) {
+    own = device_of_profile(*profile, catalog);
+  } else if (profile) {
+    try {
+      own = device_of_profile(*profile, catalog);
+    } catch (const InputError&) {
+      own.reset();
+    }
+  }
   std::vector<Gpu> devices;
   for (const auto& name : names) {
     if (is_auto(name)) {
-      if (!profile) {
-        throw InputError("--gpu auto means the device a profile measured: " + how_to_measure);
-      }
-      Gpu measured = device_of_profile(*profile, catalog);
+      const Gpu& measured = *own;
       bool several = std::any_of(d.tps.begin(), d.tps.end(), [](u64 tp) { return tp > 1; }) ||
                      d.pp > 1 || d.ep > 1 || d.dcp > 1 ||
                      (!d.gpu_count.empty() && parse_count(d.gpu_count, "--gpus") > 1);
@@ -173,17 +186,11 @@ std::vector<Gpu> deployment_devices(const DeploymentOptions& d,
                          "--dcp and --gpus above 1 need GPUs; name a catalog --gpu to model a "
                          "deployment with the CPU's ceilings, or drop them");
       }
-      devices.push_back(std::move(measured));
+      devices.push_back(measured);
       continue;
     }
     const Gpu& gpu = catalog.find(name);
     if (profile) {
-      std::optional<Gpu> own;
-      try {
-        own = device_of_profile(*profile, catalog);
-      } catch (const InputError&) {
-        own.reset(); // fake, or a GPU the catalog does not know: no device to point to
-      }
       if (!own || own->name != gpu.name) {
         diagnostics.warnings.push_back(fmt::format(
             "{} takes the ceilings the {} backend measured on {}{}", gpu.name, profile->backend,

@@ -189,6 +189,7 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
   }
   const std::string how_to_measure =
       "add --measure, or a --device-profile that kvcalc measure wrote";
+  GpuCatalog catalog(args.deployment.gpu_file);
   if (args.measure) {
     auto backend = make_measure_backend("auto");
     // The devices are checked against what will be measured before the probes take seconds.
@@ -197,8 +198,7 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     planned.device = backend->device();
     planned.file = "(measured now)";
     Diagnostics ignored; // the real run below says them
-    (void)deployment_devices(args.deployment, planned, GpuCatalog(args.deployment.gpu_file),
-                             how_to_measure, ignored);
+    (void)deployment_devices(args.deployment, planned, catalog, how_to_measure, ignored);
     MeasureOptions options; // probes only: the roofline needs the ceilings
     if (isatty(2) != 0) {
       options.progress = [&err](const std::string& what) {
@@ -207,8 +207,8 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     }
     profile = to_device_profile(run_measure(*backend, options), "(measured now)");
   }
-  std::vector<Gpu> devices = deployment_devices(
-      args.deployment, profile, GpuCatalog(args.deployment.gpu_file), how_to_measure, diagnostics);
+  std::vector<Gpu> devices =
+      deployment_devices(args.deployment, profile, catalog, how_to_measure, diagnostics);
   std::optional<DType> weight_dtype;
   if (!args.deployment.weight_dtype.empty()) {
     weight_dtype = parse_dtype(args.deployment.weight_dtype, "--weight-dtype");
