@@ -1,7 +1,6 @@
 // `gpus` (the catalog) and `capacity` (how many sequences fit, engine by engine).
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <ostream>
 #include <set>
@@ -9,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <kvcalc/core/error.hpp>
+#include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/measure/measure.hpp>
@@ -147,13 +147,7 @@ std::vector<Gpu> deployment_devices(const DeploymentOptions& d,
                                     const std::optional<DeviceProfile>& profile,
                                     const GpuCatalog& catalog, const std::string& how_to_measure,
                                     Diagnostics& diagnostics) {
-  auto is_auto = [](const std::string& name) {
-    std::string lower;
-    for (char c : name) {
-      lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
-    return lower == "auto";
-  };
+  auto is_auto = [](const std::string& name) { return iequals(name, "auto"); };
   std::vector<std::string> names = d.gpus;
   if (profile && !d.gpu_given) {
     names = {"auto"};

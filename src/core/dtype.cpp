@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <vector>
 
 #include <kvcalc/core/spell.hpp>
@@ -71,10 +70,7 @@ std::span<const std::string> dtype_names() {
 }
 
 DType parse_dtype(std::string_view text, std::string_view what) {
-  std::string key;
-  for (char c : text) {
-    key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
+  std::string key = ascii_lower(text);
   std::replace(key.begin(), key.end(), '-', '_');
   for (const auto& i : k_dtypes) {
     if (i.name == key) {

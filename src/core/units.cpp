@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string>
 
+#include <kvcalc/core/spell.hpp>
+
 namespace kvcalc {
 
 namespace {
@@ -111,11 +113,8 @@ u64 parse_bytes(std::string_view raw, std::string_view what) {
   };
   std::size_t unit_at = text.find_first_not_of("0123456789.");
   std::string_view number = text.substr(0, unit_at);
-  std::string unit;
-  for (char c :
-       trim(unit_at == std::string_view::npos ? std::string_view{} : text.substr(unit_at))) {
-    unit += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
+  std::string unit = ascii_lower(
+      trim(unit_at == std::string_view::npos ? std::string_view{} : text.substr(unit_at)));
   if (!text.empty() && text.front() == '-') {
     return fail("a size cannot be negative");
   }

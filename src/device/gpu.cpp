@@ -1,7 +1,6 @@
 #include <kvcalc/device/gpu.hpp>
 
 #include <algorithm>
-#include <cctype>
 
 #include <kvcalc/core/spell.hpp>
 
@@ -91,14 +90,6 @@ Gpu read_gpu(const MapReader& r) {
   return g;
 }
 
-std::string lower(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  return out;
-}
-
 } // namespace
 
 std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& file) {
@@ -120,9 +111,9 @@ std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& f
   for (std::size_t i = 0; i < list.size(); ++i) {
     MapReader entry(list[i], "gpus[" + std::to_string(i) + "]", locations);
     Gpu g = read_gpu(entry);
-    std::vector<std::string> names{lower(g.name)};
+    std::vector<std::string> names{ascii_lower(g.name)};
     for (const auto& a : g.aliases) {
-      names.push_back(lower(a));
+      names.push_back(ascii_lower(a));
     }
     for (const auto& n : names) {
       if (std::find(seen.begin(), seen.end(), n) != seen.end()) {
@@ -163,15 +154,15 @@ GpuCatalog::GpuCatalog(const std::string& extra_file) : m_gpus(builtin_gpus()) {
 }
 
 const Gpu& GpuCatalog::find(std::string_view name) const {
-  std::string key = lower(name);
+  std::string key = ascii_lower(name);
   for (const Gpu& g : m_gpus) {
-    if (lower(g.name) == key) {
+    if (ascii_lower(g.name) == key) {
       return g;
     }
   }
   for (const Gpu& g : m_gpus) {
     for (const auto& a : g.aliases) {
-      if (lower(a) == key) {
+      if (ascii_lower(a) == key) {
         return g;
       }
     }

@@ -1,7 +1,6 @@
 #include <kvcalc/measure/measure.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <ctime>
 #include <fstream>
@@ -10,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <kvcalc/core/error.hpp>
+#include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
 #include "backends.hpp"
@@ -175,10 +175,8 @@ Gpu device_of_profile(const DeviceProfile& profile, const GpuCatalog& catalog) {
                      "measures no device: name a catalog GPU with --gpu");
   }
   std::string name = profile.device.substr(0, profile.device.find(" ("));
-  std::string slug;
-  for (char c : name) {
-    slug += c == ' ' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
+  std::string slug = ascii_lower(name);
+  std::replace(slug.begin(), slug.end(), ' ', '-');
   if (slug.rfind("nvidia-", 0) == 0) {
     slug.erase(0, 7);
   }

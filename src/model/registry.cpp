@@ -1,7 +1,6 @@
 #include <kvcalc/model/registry.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 #include <string>
 
@@ -12,16 +11,7 @@
 
 namespace kvcalc {
 
-namespace {
-
-bool same_name(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-} // namespace
+namespace {} // namespace
 
 const std::vector<Model>& builtin_models() {
   static const std::vector<Model> models = [] {
@@ -38,11 +28,11 @@ const std::vector<Model>& builtin_models() {
 
 const Model* find_builtin_model(std::string_view name) {
   for (const auto& m : builtin_models()) {
-    if (same_name(m.name, name)) {
+    if (iequals(m.name, name)) {
       return &m;
     }
     for (const auto& alias : m.aliases) {
-      if (same_name(alias, name)) {
+      if (iequals(alias, name)) {
         return &m;
       }
     }

@@ -70,6 +70,19 @@ TEST_CASE("did-you-mean finds near misses only", "[core][spell]") {
   CHECK(edit_distance("kitten", "sitting") == 3);
 }
 
+TEST_CASE("names fold ASCII case only", "[core][spell]") {
+  CHECK(ascii_lower("NVIDIA H200-SXM_141GB") == "nvidia h200-sxm_141gb");
+  CHECK(ascii_lower("") == "");
+  // UTF-8 bytes pass through untouched: "Ä" stays two bytes, unlowered.
+  CHECK(ascii_lower("\xC3\x84"
+                    "Bc") == "\xC3\x84"
+                             "bc");
+  CHECK(iequals("AUTO", "auto"));
+  CHECK(iequals("DeepSeek-V3", "deepseek-v3"));
+  CHECK_FALSE(iequals("auto", "autos"));
+  CHECK_FALSE(iequals("h200", "h100"));
+}
+
 TEST_CASE("byte sizes take IEC and SI units, exactly", "[core][units]") {
   CHECK(parse_bytes("4096", "--reserve") == 4096);
   CHECK(parse_bytes("3.81GiB", "--kv-cache-memory") == 4090956349ULL); // 381 x 2^30 / 100, floored

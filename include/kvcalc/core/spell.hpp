@@ -1,5 +1,5 @@
 #pragma once
-/// Did-you-mean suggestions for names and keys.
+/// Matching names and keys: ASCII case folding and did-you-mean suggestions.
 
 #include <optional>
 #include <span>
@@ -8,6 +8,12 @@
 #include <vector>
 
 namespace kvcalc {
+
+/// `s` with ASCII letters lowered; every other byte (UTF-8 included) as it is.
+[[nodiscard]] std::string ascii_lower(std::string_view s);
+
+/// Whether `a` and `b` are equal but for the case of ASCII letters.
+[[nodiscard]] bool iequals(std::string_view a, std::string_view b);
 
 /// Levenshtein distance, case-insensitive.
 [[nodiscard]] std::size_t edit_distance(std::string_view a, std::string_view b);
