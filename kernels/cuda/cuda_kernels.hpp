@@ -62,6 +62,10 @@ struct MlaRunTimes {
   double total_s = 0;
 };
 
+/// The absorbed path's attention kernel. `mma_sync`: warp-level tensor-core MMA, any GPU this
+/// build targets. `wgmma`: Hopper's warpgroup MMA (sm_90a), 64 query rows per CTA.
+enum class AbsorbedKernel { mma_sync, wgmma };
+
 /// One MLA decode problem resident on the GPU: bf16 inputs generated in place from `seed`
 /// (mla_values.hpp), a randomly permuted block table, NaN-filled page tails, and the
 /// workspaces both strategies need.
@@ -78,7 +82,14 @@ public:
   /// sequence), in floating point so no shape overflows it.
   [[nodiscard]] static double device_bytes(const MlaShape& shape);
 
-  MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed);
+  /// Whether device 0 can run AbsorbedKernel::wgmma: a compute capability 9.0 GPU running code
+  /// this build compiled for sm_90a.
+  [[nodiscard]] static bool wgmma_supported();
+
+  /// Throws std::invalid_argument for a shape the kernels are not built for, or for `wgmma`
+  /// where wgmma_supported() is false.
+  MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed,
+                AbsorbedKernel kernel = AbsorbedKernel::mma_sync);
   ~MlaDecodeCuda();
   MlaDecodeCuda(const MlaDecodeCuda&) = delete;
   MlaDecodeCuda& operator=(const MlaDecodeCuda&) = delete;

@@ -3,9 +3,10 @@
 # libraries. Build the bundle first (kernels/cuda/build_device_bundle.sh), then run
 #   kernels/cuda/device_check.sh build/device-bundle OUT_DIR
 # It runs the device tests (and compute-sanitizer's memcheck over the MLA kernels when it is
-# there), measures the probes and both MLA strategies at the memory-bound (16 heads) and
-# compute-bound (128 heads) points, calibrates a roofline with the result, and writes
-# summary.txt, measure.json, the device profile and the logs to OUT_DIR.
+# there), times the absorbed kernels side by side (mma_sync and, on Hopper, wgmma), measures
+# the probes and both MLA strategies at the memory-bound (16 heads) and compute-bound
+# (128 heads) points, calibrates a roofline with the result, and writes summary.txt,
+# bench.txt, measure.json, the device profile and the logs to OUT_DIR.
 set -uo pipefail
 bundle=${1:?usage: device_check.sh BUNDLE_DIR OUT_DIR}
 out=${2:?usage: device_check.sh BUNDLE_DIR OUT_DIR}
@@ -38,6 +39,10 @@ if command -v compute-sanitizer >/dev/null; then
   tail -4 "$out/memcheck.log" | tee -a "$log"
   [ "$rc" -eq 0 ] || { echo "memcheck exit $rc" | tee -a "$log"; status=1; }
 fi
+
+say "absorbed kernels side by side (kvcalc_device_bench)"
+timeout 300 "$bundle/kvcalc_device_bench" 2>&1 | tee "$out/bench.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 say "kvcalc measure --backend cuda (issue 5's points)"
 "$kvcalc" measure --backend cuda --heads 16,128 --batch 128 --context 4k,32k \
@@ -96,5 +101,6 @@ for r in csv.DictReader(open(sys.argv[2])):
               f"{float(r['achieved_bytes_per_s'])/1e12:6.3f} TB/s  "
               f"{float(r['achieved_flops_per_s'])/1e12:6.1f} TFLOP/s")
 PY
+cat "$out/bench.txt" >>"$out/summary.txt"
 say "exit status $status"
 exit $status

@@ -25,7 +25,7 @@ constexpr int k_key_slice = k_key / k_col_warps; ///< key dims each warp sums th
 struct MlaAttentionParams {
   const __nv_bfloat16* q;          ///< [batch][rows][576]: W_UK-absorbed query, then its RoPE part
   const __nv_bfloat16* cache;      ///< [pages][block][576]: latent, then the RoPE key; block is
-                                   ///< a multiple of k_tile_tokens, so a tile lies in one page
+                                   ///< a multiple of the kernel's tile, so a tile lies in one page
   const std::int32_t* block_table; ///< [batch][pages_per_sequence] → page
   float* partial_o;                ///< [splits][batch][rows][512]: unnormalised Σ p·latent
   float2* partial_ml;              ///< [splits][batch][rows]: (running max of raw scores, Σ p)
@@ -34,7 +34,7 @@ struct MlaAttentionParams {
   int context = 0; ///< attended tokens per sequence
   int block = 0;   ///< tokens per page
   int pages_per_sequence = 0;
-  int tiles_per_split = 0; ///< tiles of k_tile_tokens each split covers
+  int tiles_per_split = 0; ///< tiles (of the kernel's tile tokens) each split covers
   int splits = 0;
   float scale_log2 = 0; ///< softmax scale × log2(e)
 };

@@ -1,9 +1,11 @@
 // MLA decode on the GPU, both strategies (cuda_kernels.hpp): data generated in place, cuBLAS
-// for the projections and the naive path's GEMMs, mla_attention.cuh for the absorbed core.
+// for the projections and the naive path's GEMMs, mla_attention.cuh (or, on Hopper,
+// mla_attention_wgmma.cuh) for the absorbed core.
 
 #include "cuda_check.cuh"
 #include "cuda_kernels.hpp"
 #include "mla_attention.cuh"
+#include "mla_attention_wgmma.cuh"
 #include "mla_values.hpp"
 
 #include <algorithm>
@@ -137,14 +139,49 @@ template <int RowGroups> int attention_blocks_per_sm() {
   return blocks;
 }
 
+int wgmma_blocks_per_sm() {
+  const int smem = static_cast<int>(mla_attention_wgmma_smem_bytes());
+  KVCALC_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_wgmma_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int blocks = 0;
+  KVCALC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks, mla_attention_wgmma_kernel, k_wg_threads, static_cast<std::size_t>(smem)));
+  if (blocks < 1) {
+    throw std::runtime_error("MLA wgmma attention kernel: does not fit on this GPU's "
+                             "multiprocessors (shared memory " +
+                             std::to_string(smem) + " B)");
+  }
+  return blocks;
+}
+
+/// KV splits for `base` CTAs per split over `tiles` tiles on `slots` resident CTAs: time of n
+/// splits ∝ waves × tiles per CTA, plus 1% per split for the combine step (which reads every
+/// split's partial output); the cheapest n, at least `min_tiles` tiles each.
+int choose_splits(int tiles, long long base, long long slots, int min_tiles) {
+  const int max_splits = std::max(1, std::min(tiles / min_tiles, k_max_splits));
+  auto cost = [&](int n) {
+    long long waves = (base * n + slots - 1) / slots;
+    return static_cast<double>(waves * ((tiles + n - 1) / n)) * (1.0 + 0.01 * n);
+  };
+  int wanted = 1;
+  for (int n = 2; n <= max_splits; ++n) {
+    if (cost(n) < cost(wanted)) {
+      wanted = n;
+    }
+  }
+  return wanted;
+}
+
 } // namespace
 
 struct MlaDecodeCuda::State {
   MlaShape shape;
   std::uint64_t seed = 0;
-  std::size_t pages = 0; ///< per sequence
-  std::size_t rows = 0;  ///< query × heads
-  int row_groups = 1;
+  AbsorbedKernel kernel = AbsorbedKernel::mma_sync;
+  int tile_tokens = k_tile_tokens; ///< the absorbed kernel's tile
+  std::size_t pages = 0;           ///< per sequence
+  std::size_t rows = 0;            ///< query × heads
+  int row_groups = 1;              ///< mma_sync: groups of 16 rows per CTA
   int row_blocks = 1;
   int splits = 1;
   int tiles_per_split = 1;
@@ -199,7 +236,31 @@ double MlaDecodeCuda::device_bytes(const MlaShape& shape) {
   return inputs + absorbed + naive;
 }
 
-MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed)
+bool MlaDecodeCuda::wgmma_supported() {
+  static const bool supported = [] {
+    int major = 0;
+    int minor = 0;
+    KVCALC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    KVCALC_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+    if (major != 9 || minor != 0) {
+      return false;
+    }
+    DeviceBuffer<int> flag;
+    flag.resize(1);
+    sm90a_code_kernel<<<1, 1>>>(flag.get());
+    cudaError_t launched = cudaGetLastError();
+    if (launched == cudaErrorNoKernelImageForDevice) {
+      return false; // the build has no code for this GPU at all
+    }
+    KVCALC_CUDA_CHECK(launched);
+    int value = 0;
+    KVCALC_CUDA_CHECK(cudaMemcpy(&value, flag.get(), sizeof(int), cudaMemcpyDeviceToHost));
+    return value == 1;
+  }();
+  return supported;
+}
+
+MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed, AbsorbedKernel kernel)
     : m(std::make_unique<State>()) {
   if (shape.d_c != k_latent || shape.d_r != k_key - k_latent || shape.d_nope != 128 ||
       shape.d_v != 128) {
@@ -214,9 +275,16 @@ MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed)
       shape.batch > std::numeric_limits<int>::max() / 2 || shape.query * shape.heads > 65535) {
     throw std::invalid_argument("MLA decode on CUDA: shape too large for one launch");
   }
+  if (kernel == AbsorbedKernel::wgmma && !wgmma_supported()) {
+    throw std::invalid_argument("MLA decode on CUDA: the wgmma kernel needs a compute "
+                                "capability 9.0 GPU and a build with sm_90a code "
+                                "(CMAKE_CUDA_ARCHITECTURES including 90a)");
+  }
   State& s = *m;
   s.shape = shape;
   s.seed = seed;
+  s.kernel = kernel;
+  s.tile_tokens = kernel == AbsorbedKernel::wgmma ? k_wg_tile_tokens : k_tile_tokens;
   s.pages = (shape.context + shape.block - 1) / shape.block;
   s.rows = shape.query * shape.heads;
   double scale = shape.softmax_scale > 0
@@ -256,41 +324,35 @@ MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed)
       seed, half_width(1.0));
   KVCALC_CUDA_CHECK_LAUNCH();
 
-  // Absorbed: row groups by query rows (four only where their shared memory fits), and the
-  // number of KV splits that best fills whole waves of the GPU.
-  if (shape.block % k_tile_tokens != 0) {
+  // Absorbed: rows per CTA (mma_sync: groups of 16, four only where their shared memory fits;
+  // wgmma: 64), and the number of KV splits that best fills whole waves of the GPU.
+  if (shape.block % static_cast<std::size_t>(s.tile_tokens) != 0) {
     throw std::invalid_argument("MLA decode on CUDA: the page size must be a multiple of " +
-                                std::to_string(k_tile_tokens) + " tokens");
+                                std::to_string(s.tile_tokens) + " tokens");
   }
-  int smem_limit = 0;
-  KVCALC_CUDA_CHECK(
-      cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-  s.row_groups = s.rows <= 16 ? 1 : s.rows <= 32 ? 2 : 4;
-  if (s.row_groups == 4 && mla_attention_smem_bytes(4) > static_cast<std::size_t>(smem_limit)) {
-    s.row_groups = 2;
+  int per_sm = 1;
+  if (kernel == AbsorbedKernel::wgmma) {
+    s.row_blocks = static_cast<int>((s.rows + k_wg_rows - 1) / k_wg_rows);
+    per_sm = wgmma_blocks_per_sm();
+  } else {
+    int smem_limit = 0;
+    KVCALC_CUDA_CHECK(
+        cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    s.row_groups = s.rows <= 16 ? 1 : s.rows <= 32 ? 2 : 4;
+    if (s.row_groups == 4 && mla_attention_smem_bytes(4) > static_cast<std::size_t>(smem_limit)) {
+      s.row_groups = 2;
+    }
+    s.row_blocks = static_cast<int>((s.rows + 16 * s.row_groups - 1) / (16 * s.row_groups));
+    per_sm = s.row_groups == 1   ? attention_blocks_per_sm<1>()
+             : s.row_groups == 2 ? attention_blocks_per_sm<2>()
+                                 : attention_blocks_per_sm<4>();
   }
-  s.row_blocks = static_cast<int>((s.rows + 16 * s.row_groups - 1) / (16 * s.row_groups));
-  int per_sm = s.row_groups == 1   ? attention_blocks_per_sm<1>()
-               : s.row_groups == 2 ? attention_blocks_per_sm<2>()
-                                   : attention_blocks_per_sm<4>();
   int sms = 0;
   KVCALC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int tiles = static_cast<int>((T + k_tile_tokens - 1) / k_tile_tokens);
-  const long long base = static_cast<long long>(B) * s.row_blocks;
-  const long long slots = static_cast<long long>(sms) * per_sm;
-  // Time of n splits ∝ waves × tiles per CTA, plus 1% per split for the combine step (which
-  // reads every split's partial output): the cheapest n, at least 4 tiles (128 tokens) each.
-  const int max_splits = std::max(1, std::min(tiles / 4, k_max_splits));
-  auto cost = [&](int n) {
-    long long waves = (base * n + slots - 1) / slots;
-    return static_cast<double>(waves * ((tiles + n - 1) / n)) * (1.0 + 0.01 * n);
-  };
-  int wanted = 1;
-  for (int n = 2; n <= max_splits; ++n) {
-    if (cost(n) < cost(wanted)) {
-      wanted = n;
-    }
-  }
+  const int tiles = static_cast<int>((T + s.tile_tokens - 1) / s.tile_tokens);
+  // At least 128 tokens per split.
+  const int wanted = choose_splits(tiles, static_cast<long long>(B) * s.row_blocks,
+                                   static_cast<long long>(sms) * per_sm, 128 / s.tile_tokens);
   s.tiles_per_split = (tiles + wanted - 1) / wanted;
   s.splits = (tiles + s.tiles_per_split - 1) / s.tiles_per_split;
   s.q_latent.resize(B * s.rows * k_key);
@@ -438,17 +500,24 @@ MlaRunTimes MlaDecodeCuda::run(bool naive, bool flush) {
     p.tiles_per_split = s.tiles_per_split;
     p.splits = s.splits;
     p.scale_log2 = s.scale_log2;
-    dim3 grid(static_cast<unsigned>(s.splits), static_cast<unsigned>(s.row_blocks),
-              static_cast<unsigned>(B));
-    auto launch = [&](auto kernel, int groups) {
-      kernel<<<grid, groups * k_col_warps * 32, mla_attention_smem_bytes(groups)>>>(p);
-    };
-    if (s.row_groups == 1) {
-      launch(mla_attention_split_kernel<1>, 1);
-    } else if (s.row_groups == 2) {
-      launch(mla_attention_split_kernel<2>, 2);
+    if (s.kernel == AbsorbedKernel::wgmma) {
+      // Row blocks innermost: the CTAs that read the same latent rows run side by side.
+      dim3 grid(static_cast<unsigned>(s.row_blocks), static_cast<unsigned>(s.splits),
+                static_cast<unsigned>(B));
+      mla_attention_wgmma_kernel<<<grid, k_wg_threads, mla_attention_wgmma_smem_bytes()>>>(p);
     } else {
-      launch(mla_attention_split_kernel<4>, 4);
+      dim3 grid(static_cast<unsigned>(s.splits), static_cast<unsigned>(s.row_blocks),
+                static_cast<unsigned>(B));
+      auto launch = [&](auto kernel, int groups) {
+        kernel<<<grid, groups * k_col_warps * 32, mla_attention_smem_bytes(groups)>>>(p);
+      };
+      if (s.row_groups == 1) {
+        launch(mla_attention_split_kernel<1>, 1);
+      } else if (s.row_groups == 2) {
+        launch(mla_attention_split_kernel<2>, 2);
+      } else {
+        launch(mla_attention_split_kernel<4>, 4);
+      }
     }
     KVCALC_CUDA_CHECK_LAUNCH();
     mark("combine");
