@@ -2,8 +2,8 @@
 # The GPU checks of kvcalc in one run, for a machine with an NVIDIA GPU and none of the build's
 # libraries. Build the bundle first (kernels/cuda/build_device_bundle.sh), then run
 #   kernels/cuda/device_check.sh build/device-bundle OUT_DIR
-# It runs the device tests (and compute-sanitizer's memcheck over the MLA kernels when it is
-# there), times the absorbed kernels side by side (mma_sync and, on Hopper, wgmma), measures
+# It runs the device tests, times the absorbed kernels side by side (mma_sync and, on Hopper,
+# wgmma), runs compute-sanitizer's memcheck over the MLA kernels when it is there, measures
 # the probes and both MLA strategies at the memory-bound (16 heads) and compute-bound
 # (128 heads) points, calibrates a roofline with the result, and writes summary.txt,
 # bench.txt, measure.json, the device profile and the logs to OUT_DIR.
@@ -27,22 +27,23 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max
 
 status=0
 say "device tests"
-"$bundle/kvcalc_device_tests" --durations yes 2>&1 | tee "$out/device_tests.log" | tail -25
+timeout 240 "$bundle/kvcalc_device_tests" --durations yes 2>&1 | tee "$out/device_tests.log" |
+  tail -25
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+say "absorbed kernels side by side (kvcalc_device_bench)"
+timeout 300 "$bundle/kvcalc_device_bench" 2>&1 | tee "$out/bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 if command -v compute-sanitizer >/dev/null; then
   say "compute-sanitizer memcheck over the MLA kernels"
-  timeout 240 compute-sanitizer --tool memcheck --leak-check full \
+  timeout 180 compute-sanitizer --tool memcheck --leak-check full \
     "$bundle/kvcalc_device_tests" "CUDA MLA decode: absorbed and naive match the double reference" \
     >"$out/memcheck.log" 2>&1
   rc=$?
   tail -4 "$out/memcheck.log" | tee -a "$log"
   [ "$rc" -eq 0 ] || { echo "memcheck exit $rc" | tee -a "$log"; status=1; }
 fi
-
-say "absorbed kernels side by side (kvcalc_device_bench)"
-timeout 300 "$bundle/kvcalc_device_bench" 2>&1 | tee "$out/bench.txt"
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 say "kvcalc measure --backend cuda (issue 5's points)"
 "$kvcalc" measure --backend cuda --heads 16,128 --batch 128 --context 4k,32k \
