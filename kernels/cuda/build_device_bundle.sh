@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the kvcalc binary and the device tests for a machine that has an NVIDIA driver but none
-# of the build's libraries (docs/performance.md, "Measuring a GPU"): static libstdc++, libgcc,
-# yaml-cpp and CUDA runtime, header-only fmt, Hopper code (sm_90a, so the wgmma kernel is in). Only libc and cuBLAS remain
-# dynamic; device_check.sh finds cuBLAS there. Output: build/device-bundle/.
+# Builds the kvcalc binary, the device tests and the device bench for a machine that has an
+# NVIDIA driver but none of the build's libraries (docs/performance.md, "`kvcalc measure` on an
+# NVIDIA H200"): static libstdc++, libgcc, yaml-cpp and CUDA runtime, header-only fmt, Hopper
+# code (sm_90a, so the wgmma kernel is in). Only libc and cuBLAS remain dynamic;
+# device_check.sh finds cuBLAS there. Output: build/device-bundle/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build/device
@@ -12,7 +13,8 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVCALC_PORTAB
 cmake --build "$build" --target kvcalc kvcalc_device_tests kvcalc_device_bench
 rm -rf "$bundle"
 mkdir -p "$bundle"
-cp "$build/src/kvcalc" "$build/tests/kvcalc_device_tests" "$build/tests/kvcalc_device_bench" "$bundle/"
+cp "$build/src/kvcalc" "$build/tests/kvcalc_device_tests" "$build/tests/kvcalc_device_bench" \
+  "$bundle/"
 strip "$bundle/kvcalc" "$bundle/kvcalc_device_tests" "$bundle/kvcalc_device_bench"
 echo "dynamic libraries the bundle needs:"
 ldd "$bundle/kvcalc" | sed 's/^/  /'

@@ -351,8 +351,9 @@ MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed, Absorbed
   KVCALC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int tiles = static_cast<int>((T + s.tile_tokens - 1) / s.tile_tokens);
   // At least 128 tokens per split.
-  const int wanted = choose_splits(tiles, static_cast<long long>(B) * s.row_blocks,
-                                   static_cast<long long>(sms) * per_sm, 128 / s.tile_tokens);
+  const int wanted =
+      choose_splits(tiles, static_cast<long long>(B) * s.row_blocks,
+                    static_cast<long long>(sms) * per_sm, std::max(1, 128 / s.tile_tokens));
   s.tiles_per_split = (tiles + wanted - 1) / wanted;
   s.splits = (tiles + s.tiles_per_split - 1) / s.tiles_per_split;
   s.q_latent.resize(B * s.rows * k_key);

@@ -1,7 +1,6 @@
 #include <kvcalc/core/spell.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <vector>
 
 namespace kvcalc {

@@ -154,15 +154,14 @@ GpuCatalog::GpuCatalog(const std::string& extra_file) : m_gpus(builtin_gpus()) {
 }
 
 const Gpu& GpuCatalog::find(std::string_view name) const {
-  std::string key = ascii_lower(name);
   for (const Gpu& g : m_gpus) {
-    if (ascii_lower(g.name) == key) {
+    if (iequals(g.name, name)) {
       return g;
     }
   }
   for (const Gpu& g : m_gpus) {
     for (const auto& a : g.aliases) {
-      if (ascii_lower(a) == key) {
+      if (iequals(a, name)) {
         return g;
       }
     }

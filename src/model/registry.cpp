@@ -11,8 +11,6 @@
 
 namespace kvcalc {
 
-namespace {} // namespace
-
 const std::vector<Model>& builtin_models() {
   static const std::vector<Model> models = [] {
     std::vector<Model> out;

@@ -36,62 +36,85 @@ bool all_finite(const std::vector<float>& v) {
   return true;
 }
 
-/// The absorbed kernels this GPU and build can run.
-std::vector<cuda::AbsorbedKernel> absorbed_kernels() {
-  std::vector<cuda::AbsorbedKernel> kernels = {cuda::AbsorbedKernel::mma_sync};
+/// Whether this GPU and build can run the wgmma kernel; says so where not.
+bool wgmma_here() {
   if (cuda::MlaDecodeCuda::wgmma_supported()) {
-    kernels.push_back(cuda::AbsorbedKernel::wgmma);
-  } else {
-    WARN("the wgmma kernel is not checked here: it needs a compute capability 9.0 GPU and "
-         "sm_90a code in the build");
+    return true;
   }
-  return kernels;
+  WARN("the wgmma kernel is not checked here: it needs a compute capability 9.0 GPU and "
+       "sm_90a code in the build");
+  return false;
+}
+
+/// Both strategies against the double reference, and against each other over every sequence.
+void check_against_reference(cuda::AbsorbedKernel kernel) {
+  for (MlaShape s : {shape(3, 16, 1, 100),     // one row group, a partial tile and page
+                     shape(2, 20, 1, 65),      // two row groups, padded rows, a token past a page
+                     shape(2, 128, 2, 1000),   // four row groups over four row blocks, MTP
+                     shape(1, 1, 1, 33),       // one head: 15 (wgmma: 63) padded rows
+                     shape(3, 96, 1, 200),     // wgmma: a full and a half row block
+                     shape(4, 64, 1, 4096)}) { // many tiles: several KV splits
+    INFO("batch " << s.batch << " heads " << s.heads << " query " << s.query << " context "
+                  << s.context);
+    cuda::MlaDecodeCuda problem(s, 7, kernel);
+    std::vector<double> ref = mla_decode_reference(problem.first_sequence(), 1);
+    INFO("splits " << problem.splits());
+    (void)problem.run(false, true);
+    std::vector<float> absorbed = problem.output();
+    REQUIRE(absorbed.size() == s.batch * s.query * s.heads * 128);
+    CHECK(all_finite(absorbed));
+    Agreement a = compare(absorbed, ref);
+    CHECK(a.finite);
+    CHECK(a.cos_diff <= 1e-5);
+    CHECK(a.elements_over_bar == 0);
+
+    cuda::MlaRunTimes times = problem.run(true, false);
+    std::vector<float> naive = problem.output();
+    CHECK(all_finite(naive));
+    Agreement n = compare(naive, ref);
+    CHECK(n.cos_diff <= 1e-5);
+    CHECK(n.elements_over_bar == 0);
+    // Every sequence, not only the reference's first.
+    // Each is within the bars of the reference, so the two may differ by twice them.
+    Agreement both = compare(naive, std::vector<double>(absorbed.begin(), absorbed.end()),
+                             2 * k_abs_bar, 2 * k_rel_bar);
+    CHECK(both.cos_diff <= 2e-5);
+    CHECK(both.elements_over_bar == 0);
+    CHECK(times.total_s > 0);
+    CHECK(times.phases.size() == 5);
+  }
+}
+
+/// The measure backend refuses a configuration by device_bytes before allocating anything, so
+/// it must not be below what the constructor takes.
+void check_device_bytes(cuda::AbsorbedKernel kernel) {
+  for (MlaShape s : {shape(4, 16, 1, 4096), shape(2, 128, 2, 1000), shape(32, 16, 1, 257)}) {
+    INFO("batch " << s.batch << " heads " << s.heads << " context " << s.context);
+    std::uint64_t before = cuda::device_free_bytes();
+    cuda::MlaDecodeCuda problem(s, 3, kernel);
+    std::uint64_t taken = before - cuda::device_free_bytes();
+    // The slack: cuBLAS's handle and allocation granularity.
+    CHECK(static_cast<double>(taken) <= cuda::MlaDecodeCuda::device_bytes(s) + (64 << 20));
+  }
 }
 
 } // namespace
 
-TEST_CASE("CUDA MLA decode: absorbed and naive match the double reference", "[cuda][mla]") {
-  for (cuda::AbsorbedKernel kernel : absorbed_kernels()) {
-    for (MlaShape s : {shape(3, 16, 1, 100),     // one row group, a partial tile and page
-                       shape(2, 20, 1, 65),      // two row groups, padded rows, a token past a page
-                       shape(2, 128, 2, 1000),   // four row groups over four row blocks, MTP
-                       shape(1, 1, 1, 33),       // one head: 15 (wgmma: 63) padded rows
-                       shape(3, 96, 1, 200),     // wgmma: a full and a half row block
-                       shape(4, 64, 1, 4096)}) { // many tiles: several KV splits
-      INFO("kernel " << (kernel == cuda::AbsorbedKernel::wgmma ? "wgmma" : "mma_sync") << " batch "
-                     << s.batch << " heads " << s.heads << " query " << s.query << " context "
-                     << s.context);
-      cuda::MlaDecodeCuda problem(s, 7, kernel);
-      std::vector<double> ref = mla_decode_reference(problem.first_sequence(), 1);
-      INFO("splits " << problem.splits());
-      (void)problem.run(false, true);
-      std::vector<float> absorbed = problem.output();
-      REQUIRE(absorbed.size() == s.batch * s.query * s.heads * 128);
-      CHECK(all_finite(absorbed));
-      Agreement a = compare(absorbed, ref);
-      CHECK(a.finite);
-      CHECK(a.cos_diff <= 1e-5);
-      CHECK(a.elements_over_bar == 0);
+// The wgmma kernel's cases carry the tag [wgmma]: device_check.sh runs them in a process of
+// their own, so a fault there cannot take the other cases' CUDA context with it.
 
-      cuda::MlaRunTimes times = problem.run(true, false);
-      std::vector<float> naive = problem.output();
-      CHECK(all_finite(naive));
-      Agreement n = compare(naive, ref);
-      CHECK(n.cos_diff <= 1e-5);
-      CHECK(n.elements_over_bar == 0);
-      // Every sequence, not only the reference's first.
-      // Each is within the bars of the reference, so the two may differ by twice them.
-      Agreement both = compare(naive, std::vector<double>(absorbed.begin(), absorbed.end()),
-                               2 * k_abs_bar, 2 * k_rel_bar);
-      CHECK(both.cos_diff <= 2e-5);
-      CHECK(both.elements_over_bar == 0);
-      CHECK(times.total_s > 0);
-      CHECK(times.phases.size() == 5);
-    }
+TEST_CASE("CUDA MLA decode: absorbed and naive match the double reference", "[cuda][mla]") {
+  check_against_reference(cuda::AbsorbedKernel::mma_sync);
+}
+
+TEST_CASE("CUDA MLA decode (wgmma): absorbed and naive match the double reference",
+          "[cuda][mla][wgmma]") {
+  if (wgmma_here()) {
+    check_against_reference(cuda::AbsorbedKernel::wgmma);
   }
 }
 
-TEST_CASE("CUDA MLA decode runs the wgmma kernel only where it can", "[cuda][mla]") {
+TEST_CASE("CUDA MLA decode runs the wgmma kernel only where it can", "[cuda][mla][wgmma]") {
   MlaShape s = shape(1, 64, 1, 128);
   if (cuda::MlaDecodeCuda::wgmma_supported()) {
     CHECK_NOTHROW(cuda::MlaDecodeCuda(s, 1, cuda::AbsorbedKernel::wgmma));
@@ -104,16 +127,13 @@ TEST_CASE("CUDA MLA decode runs the wgmma kernel only where it can", "[cuda][mla
 }
 
 TEST_CASE("CUDA MLA decode allocates no more than device_bytes says", "[cuda][mla]") {
-  // The measure backend refuses a configuration by this bound before allocating anything, so
-  // it must not be below what the constructor takes.
-  for (cuda::AbsorbedKernel kernel : absorbed_kernels()) {
-    for (MlaShape s : {shape(4, 16, 1, 4096), shape(2, 128, 2, 1000), shape(32, 16, 1, 257)}) {
-      std::uint64_t before = cuda::device_free_bytes();
-      cuda::MlaDecodeCuda problem(s, 3, kernel);
-      std::uint64_t taken = before - cuda::device_free_bytes();
-      // The slack: cuBLAS's handle and allocation granularity.
-      CHECK(static_cast<double>(taken) <= cuda::MlaDecodeCuda::device_bytes(s) + (64 << 20));
-    }
+  check_device_bytes(cuda::AbsorbedKernel::mma_sync);
+}
+
+TEST_CASE("CUDA MLA decode (wgmma) allocates no more than device_bytes says",
+          "[cuda][mla][wgmma]") {
+  if (wgmma_here()) {
+    check_device_bytes(cuda::AbsorbedKernel::wgmma);
   }
 }
 

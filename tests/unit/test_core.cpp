@@ -81,6 +81,9 @@ TEST_CASE("names fold ASCII case only", "[core][spell]") {
   CHECK(iequals("DeepSeek-V3", "deepseek-v3"));
   CHECK_FALSE(iequals("auto", "autos"));
   CHECK_FALSE(iequals("h200", "h100"));
+  // The neighbours of the letter ranges are not letters.
+  CHECK(ascii_lower("@[`{") == "@[`{");
+  CHECK_FALSE(iequals("@[", "`{"));
 }
 
 TEST_CASE("byte sizes take IEC and SI units, exactly", "[core][units]") {
