@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include <Eigen/Dense>
@@ -445,6 +447,48 @@ std::vector<double> mla_decode_reference(const MlaInputs& in, std::uint64_t sequ
   return out;
 }
 
+namespace {
+
+/// compare's per-element bar: |x − y| ≤ abs_bar or ≤ rel_bar · max(|y|, rms). A NaN misses.
+bool misses_bar(double got, double want, double rms, double abs_bar, double rel_bar) {
+  double err = std::fabs(got - want);
+  return !(err <= abs_bar || err <= rel_bar * std::max(std::fabs(want), rms));
+}
+
+/// The marked indices as ranges, "0–7, 16, 24–31 of 64" (at most six ranges, then "…"), or
+/// "all 64".
+std::string index_ranges(const std::vector<bool>& marked) {
+  const std::size_t n = marked.size();
+  if (std::all_of(marked.begin(), marked.end(), [](bool m) { return m; })) {
+    return "all " + std::to_string(n);
+  }
+  std::string text;
+  int listed = 0;
+  for (std::size_t i = 0; i < n;) {
+    if (!marked[i]) {
+      ++i;
+      continue;
+    }
+    std::size_t last = i;
+    while (last + 1 < n && marked[last + 1]) {
+      ++last;
+    }
+    if (listed == 6) {
+      text += ", …";
+      break;
+    }
+    text += (listed == 0 ? "" : ", ") + std::to_string(i);
+    if (last > i) {
+      text += "–" + std::to_string(last);
+    }
+    ++listed;
+    i = last + 1;
+  }
+  return text + " of " + std::to_string(n);
+}
+
+} // namespace
+
 Agreement compare(const std::vector<float>& got, const std::vector<double>& want, double abs_bar,
                   double rel_bar) {
   Agreement a;
@@ -471,13 +515,75 @@ Agreement compare(const std::vector<float>& got, const std::vector<double>& want
   }
   double rms = want.empty() ? 0.0 : std::sqrt(squares / static_cast<double>(want.size()));
   for (std::size_t i = 0; i < want.size(); ++i) {
-    double err = std::fabs(got[i] - want[i]);
-    if (err > abs_bar && err > rel_bar * std::max(std::fabs(want[i]), rms)) {
+    if (misses_bar(got[i], want[i], rms, abs_bar, rel_bar)) {
       ++a.elements_over_bar;
     }
   }
   a.cos_diff = norms > 0 ? 1.0 - 2.0 * xy / norms : 0.0;
   return a;
+}
+
+std::string describe_misses(const std::vector<float>& got, const std::vector<double>& want,
+                            const MlaShape& shape, double abs_bar, double rel_bar) {
+  if (got.size() < want.size()) {
+    throw std::invalid_argument("describe_misses: fewer outputs than reference values");
+  }
+  const std::uint64_t per_sequence = shape.query * shape.heads * shape.d_v;
+  if (per_sequence == 0) {
+    throw std::invalid_argument("describe_misses: every dimension must be at least 1");
+  }
+  double squares = 0;
+  std::uint64_t finite = 0;
+  for (double y : want) {
+    if (std::isfinite(y)) {
+      squares += y * y;
+      ++finite;
+    }
+  }
+  const double rms = finite > 0 ? std::sqrt(squares / static_cast<double>(finite)) : 0.0;
+
+  std::vector<bool> sequences((want.size() + per_sequence - 1) / per_sequence);
+  std::vector<bool> queries(shape.query);
+  std::vector<bool> heads(shape.heads);
+  std::vector<bool> columns(shape.d_v);
+  std::uint64_t misses = 0;
+  std::uint64_t not_finite = 0;
+  std::size_t worst = 0;
+  double worst_err = -1;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double x = got[i];
+    const double y = want[i];
+    if (!misses_bar(x, y, rms, abs_bar, rel_bar)) {
+      continue;
+    }
+    ++misses;
+    // A non-finite element is the worst there is: it ranks above every finite error.
+    const bool bad = !std::isfinite(x) || !std::isfinite(y);
+    not_finite += bad ? 1 : 0;
+    const double err = bad ? std::numeric_limits<double>::infinity() : std::fabs(x - y);
+    if (err > worst_err) {
+      worst_err = err;
+      worst = i;
+    }
+    sequences[i / per_sequence] = true;
+    queries[i / (shape.heads * shape.d_v) % shape.query] = true;
+    heads[i / shape.d_v % shape.heads] = true;
+    columns[i % shape.d_v] = true;
+  }
+  if (misses == 0) {
+    return {};
+  }
+  char values[96];
+  std::snprintf(values, sizeof values, "%.6g against %.6g", static_cast<double>(got[worst]),
+                want[worst]);
+  return std::to_string(misses) + " of " + std::to_string(want.size()) +
+         " elements miss the bar (" + std::to_string(not_finite) + " not finite): sequences " +
+         index_ranges(sequences) + ", query rows " + index_ranges(queries) + ", heads " +
+         index_ranges(heads) + ", columns " + index_ranges(columns) + "; the worst, sequence " +
+         std::to_string(worst / per_sequence) + " query " +
+         std::to_string(worst / (shape.heads * shape.d_v) % shape.query) + " head " +
+         std::to_string(worst / shape.d_v % shape.heads) + " column " +
+         std::to_string(worst % shape.d_v) + ": " + values;
 }
 
 } // namespace kvcalc::kernels

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <string>
 #include <vector>
 
 namespace kvcalc::kernels {
@@ -90,6 +91,15 @@ inline constexpr double k_abs_bar = 8e-4;       ///< FlashMLA's absolute bar (RE
 inline constexpr double k_rel_bar = 2.01 / 128; ///< FlashMLA's relative bar
 [[nodiscard]] Agreement compare(const std::vector<float>& got, const std::vector<double>& want,
                                 double abs_bar = k_abs_bar, double rel_bar = k_rel_bar);
+
+/// Where the elements that miss compare's bar (or are not finite) lie in an output laid out as
+/// [sequence][query][head][d_v] of `shape`, over the reference's values: how many, the
+/// sequences, query rows, heads and columns they touch (as ranges), and the worst of them. A
+/// failing kernel's pattern (one row block, one column half, the last page) shows in an error
+/// message. Empty when every element meets the bar.
+[[nodiscard]] std::string describe_misses(const std::vector<float>& got,
+                                          const std::vector<double>& want, const MlaShape& shape,
+                                          double abs_bar = k_abs_bar, double rel_bar = k_rel_bar);
 
 /// The bf16 nearest to v (ties to even; a NaN stays a NaN), as its bits.
 [[nodiscard]] std::uint16_t bf16_bits(float v);

@@ -94,17 +94,30 @@ double host_memory_available_bytes() {
   return available;
 }
 
-void require_agreement(const std::string& kernel, const MlaKernelConfig& c,
-                       const kernels::Agreement& a, const std::string& against,
-                       double max_cos_diff) {
-  if (!a.finite || a.cos_diff > max_cos_diff || a.elements_over_bar > 0) {
-    throw Error(fmt::format("{} (heads {}, batch {}, context {}, query {}) disagrees with {}: "
-                            "cos diff {:.3g} (bar {:.0e}), {} elements over the per-element bar "
-                            "(max |err| {:.3g}){}",
-                            kernel, c.heads, c.batch, c.context, c.query, against, a.cos_diff,
-                            max_cos_diff, a.elements_over_bar, a.max_abs_error,
-                            a.finite ? "" : " (NaN: a page tail or an unwritten output was read)"));
+kernels::MlaShape mla_shape(const MlaKernelConfig& c) {
+  kernels::MlaShape shape;
+  shape.batch = c.batch;
+  shape.heads = c.heads;
+  shape.context = c.context;
+  shape.query = c.query;
+  return shape;
+}
+
+kernels::Agreement require_agreement(const std::string& kernel, const MlaKernelConfig& c,
+                                     const std::vector<float>& got, const std::vector<double>& want,
+                                     const std::string& against, const AgreementBars& bars) {
+  kernels::Agreement a = kernels::compare(got, want, bars.abs_bar, bars.rel_bar);
+  if (!a.finite || a.cos_diff > bars.max_cos_diff || a.elements_over_bar > 0) {
+    std::string misses =
+        kernels::describe_misses(got, want, mla_shape(c), bars.abs_bar, bars.rel_bar);
+    throw Error(fmt::format(
+        "{} (heads {}, batch {}, context {}, query {}) disagrees with {}: cos diff {:.3g} (bar "
+        "{:.0e}), max |err| {:.3g}{}; {}",
+        kernel, c.heads, c.batch, c.context, c.query, against, a.cos_diff, bars.max_cos_diff,
+        a.max_abs_error, a.finite ? "" : " (NaN: a page tail or an unwritten output was read)",
+        misses.empty() ? "every element is within the per-element bar" : misses));
   }
+  return a;
 }
 
 void AbsorbedOutput::keep(const MlaKernelConfig& c, std::vector<float> out) {
@@ -118,9 +131,8 @@ void AbsorbedOutput::check_naive(const MlaKernelConfig& c, const std::vector<flo
     return;
   }
   std::vector<double> want(m_out.begin(), m_out.end());
-  require_agreement("mla_decode.naive", c,
-                    kernels::compare(naive, want, k_abs_bar_between, k_rel_bar_between),
-                    "mla_decode.absorbed over every sequence", k_max_cos_diff_between);
+  (void)require_agreement("mla_decode.naive", c, naive, want,
+                          "mla_decode.absorbed over every sequence", k_between_strategies);
 }
 
 } // namespace measure_detail
@@ -201,19 +213,14 @@ public:
   }
 
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool quick) override {
-    kernels::MlaShape shape;
-    shape.batch = c.batch;
-    shape.heads = c.heads;
-    shape.context = c.context;
-    shape.query = c.query;
-    kernels::MlaInputs in = kernels::make_mla_inputs(shape, 20260101);
+    kernels::MlaInputs in = kernels::make_mla_inputs(measure_detail::mla_shape(c), 20260101);
     auto kernel = naive ? kernels::mla_decode_naive : kernels::mla_decode_absorbed;
     kernels::MlaOutput out;
     kernel(in, out, m_threads);
     // Correctness before timing, on the first sequence (the reference is O(B·H·t·d_c)).
-    kernels::Agreement a = kernels::compare(out, kernels::mla_decode_reference(in, 1));
-    measure_detail::require_agreement(naive ? "mla_decode.naive" : "mla_decode.absorbed", c, a,
-                                      "the double reference");
+    kernels::Agreement a = measure_detail::require_agreement(
+        naive ? "mla_decode.naive" : "mla_decode.absorbed", c, out,
+        kernels::mla_decode_reference(in, 1), "the double reference");
     if (naive) {
       m_absorbed.check_naive(c, out);
     } else {

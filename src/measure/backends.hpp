@@ -15,13 +15,20 @@
 
 namespace kvcalc::measure_detail {
 
-/// Against the double reference: cosine difference ≤ 1e-5, every element within the bar of
-/// kernels::compare, never NaN. Naive against absorbed: each is within those bars of the
-/// reference, so their mutual difference may reach twice them.
-inline constexpr double k_max_cos_diff = 1e-5;
-inline constexpr double k_max_cos_diff_between = 2e-5;
-inline constexpr double k_abs_bar_between = 2 * kernels::k_abs_bar;
-inline constexpr double k_rel_bar_between = 2 * kernels::k_rel_bar;
+/// The bars a kernel's output must meet. Against the double reference: cosine difference
+/// ≤ 1e-5, every element within kernels::compare's bar, never NaN. Naive against absorbed over
+/// every sequence: each is within those bars of the reference, so they may differ by twice them.
+struct AgreementBars {
+  double abs_bar = 0;
+  double rel_bar = 0;
+  double max_cos_diff = 0;
+};
+inline constexpr AgreementBars k_against_reference{kernels::k_abs_bar, kernels::k_rel_bar, 1e-5};
+inline constexpr AgreementBars k_between_strategies{2 * kernels::k_abs_bar, 2 * kernels::k_rel_bar,
+                                                    2e-5};
+
+/// The kernels' shape of a configuration (DeepSeek's widths).
+[[nodiscard]] kernels::MlaShape mla_shape(const MlaKernelConfig& c);
 
 /// A /proc/meminfo figure in bytes ("MemTotal", "MemAvailable"); none where the system has no
 /// such file or line.
@@ -36,10 +43,13 @@ inline constexpr double k_rel_bar_between = 2 * kernels::k_rel_bar;
 /// 10); `--quick` runs fewer.
 inline constexpr unsigned k_timed_runs = 10;
 
-/// Throws Error naming the kernel and configuration when `a` misses the bars.
-void require_agreement(const std::string& kernel, const MlaKernelConfig& c,
-                       const kernels::Agreement& a, const std::string& against,
-                       double max_cos_diff = k_max_cos_diff);
+/// kernels::compare of `got` against `want` (a prefix of it: the reference covers the first
+/// sequence). Throws Error naming the kernel, the configuration, the figures and where the
+/// missing elements lie when `got` misses `bars`.
+kernels::Agreement require_agreement(const std::string& kernel, const MlaKernelConfig& c,
+                                     const std::vector<float>& got, const std::vector<double>& want,
+                                     const std::string& against,
+                                     const AgreementBars& bars = k_against_reference);
 
 /// The absorbed output of the last configuration, so the naive run of the same configuration
 /// is checked against it over every sequence, not only the reference's first.

@@ -52,12 +52,7 @@ public:
                    [] { return static_cast<double>(gpu::device_free_bytes()); });
   }
   [[nodiscard]] double memory_needed_bytes(const MlaKernelConfig& c) const override {
-    kernels::MlaShape shape;
-    shape.batch = c.batch;
-    shape.heads = c.heads;
-    shape.context = c.context;
-    shape.query = c.query;
-    return gpu::MlaDecodeCuda::device_bytes(shape);
+    return gpu::MlaDecodeCuda::device_bytes(mla_shape(c));
   }
 
   [[nodiscard]] ProbeResults probe(bool quick) override {
@@ -86,7 +81,7 @@ public:
       // Correctness first: one run, the first sequence against the double reference.
       (void)m_problem->run(naive, true);
       std::vector<float> out = m_problem->output();
-      require_agreement(what, c, kernels::compare(out, *m_reference), "the double reference");
+      (void)require_agreement(what, c, out, *m_reference, "the double reference");
       if (naive) {
         m_absorbed.check_naive(c, out);
       } else {
@@ -115,8 +110,8 @@ public:
       for (std::size_t k = 0; k < phase_names.size(); ++k) {
         r.phases.push_back({phase_names[k], median(phase_times[k])});
       }
-      kernels::Agreement a = kernels::compare(m_problem->output(), *m_reference);
-      require_agreement(what, c, a, "the double reference after the timed runs");
+      kernels::Agreement a = require_agreement(what, c, m_problem->output(), *m_reference,
+                                               "the double reference after the timed runs");
       r.max_abs_error = a.max_abs_error;
       r.cos_diff = a.cos_diff;
       return r;
@@ -132,12 +127,7 @@ private:
       return;
     }
     m_problem.reset();
-    kernels::MlaShape shape;
-    shape.batch = c.batch;
-    shape.heads = c.heads;
-    shape.context = c.context;
-    shape.query = c.query;
-    m_problem = std::make_unique<gpu::MlaDecodeCuda>(shape, 20260101);
+    m_problem = std::make_unique<gpu::MlaDecodeCuda>(mla_shape(c), 20260101);
     m_reference = kernels::mla_decode_reference(m_problem->first_sequence(), 1);
     m_config = c;
   }

@@ -190,6 +190,67 @@ TEST_CASE("the per-element bar: absolute, or relative floored at the output's RM
   CHECK(bad.cos_diff == Approx(0.0004 / 4.0004 + 0.0005 * 0.0005 / 4.0004).epsilon(0.05));
 }
 
+TEST_CASE("a disagreement is described by where it lies", "[kernels]") {
+  // Output [2 sequences][2 query rows][8 heads][4 columns], every value 1 (rms 1, so the bar is
+  // 0.0157 everywhere).
+  MlaShape s;
+  s.batch = 2;
+  s.query = 2;
+  s.heads = 8;
+  s.d_v = 4;
+  std::vector<double> want(2 * 2 * 8 * 4, 1.0);
+  std::vector<float> got(want.begin(), want.end());
+  CHECK(describe_misses(got, want, s).empty());
+
+  // Heads 4–7 of query row 1 in sequence 1, columns 2–3, off by 0.5; one of them NaN.
+  auto at = [&](std::size_t b, std::size_t q, std::size_t h, std::size_t c) -> float& {
+    return got[((b * 2 + q) * 8 + h) * 4 + c];
+  };
+  for (std::size_t h = 4; h < 8; ++h) {
+    at(1, 1, h, 2) = 1.5f;
+    at(1, 1, h, 3) = 1.5f;
+  }
+  at(1, 1, 6, 3) = NAN;
+  at(0, 0, 0, 0) = 1.01f; // within the bar: not counted
+  CHECK(describe_misses(got, want, s) ==
+        "8 of 128 elements miss the bar (1 not finite): sequences 1 of 2, query rows 1 of 2, "
+        "heads 4–7 of 8, columns 2–3 of 4; the worst, sequence 1 query 1 head 6 column 3: nan "
+        "against 1");
+  CHECK(compare(got, want).elements_over_bar == 128); // compare: a NaN fails every element
+
+  // Ranges: every other head, more than six runs of them, and a column everywhere.
+  got.assign(want.begin(), want.end());
+  for (std::size_t h = 0; h < 8; h += 2) {
+    for (std::size_t b = 0; b < 2; ++b) {
+      for (std::size_t q = 0; q < 2; ++q) {
+        at(b, q, h, 0) = 0.0f;
+      }
+    }
+  }
+  CHECK(describe_misses(got, want, s) ==
+        "16 of 128 elements miss the bar (0 not finite): sequences all 2, query rows all 2, "
+        "heads 0, 2, 4, 6 of 8, columns 0 of 4; the worst, sequence 0 query 0 head 0 column 0: 0 "
+        "against 1");
+  s.heads = 16;
+  s.d_v = 2; // the same values read as 16 heads of 2 columns: misses at heads 0, 4, 8, 12
+  std::string text = describe_misses(got, want, s);
+  CHECK(text.find("heads 0, 4, 8, 12 of 16, columns 0 of 2") != std::string::npos);
+  // Every other element missing, read as [4 sequences][1 query row][32 heads][1 column]:
+  // sixteen runs of heads, six listed.
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    got[i] = i % 2 == 0 ? 0.0f : 1.0f;
+  }
+  s.query = 1;
+  s.heads = 32;
+  s.d_v = 1;
+  CHECK(describe_misses(got, want, s) ==
+        "64 of 128 elements miss the bar (0 not finite): sequences all 4, query rows all 1, "
+        "heads 0, 2, 4, 6, 8, 10, … of 32, columns all 1; the worst, sequence 0 query 0 head 0 "
+        "column 0: 0 against 1");
+  s.d_v = 0;
+  CHECK_THROWS_AS(describe_misses(got, want, s), std::invalid_argument);
+}
+
 TEST_CASE("bad kernel inputs are refused before any work", "[kernels]") {
   MlaInputs in = make_mla_inputs(small(1), 1);
   in.block_table[0] = 1000000;

@@ -62,6 +62,51 @@ TEST_CASE("/proc/meminfo figures are read by their exact key", "[measure]") {
   CHECK_FALSE(measure_detail::meminfo_bytes("NoSuchKey"));
 }
 
+TEST_CASE("a kernel that misses the bars is an error that says where", "[measure]") {
+  MlaKernelConfig c;
+  c.heads = 2;
+  c.batch = 1;
+  c.context = 64;
+  std::vector<double> want(2 * 128, 0.5); // the first sequence: 2 heads × d_v 128
+  std::vector<float> got(want.begin(), want.end());
+  kernels::Agreement a =
+      measure_detail::require_agreement("mla_decode.absorbed", c, got, want, "the reference");
+  CHECK(a.elements_over_bar == 0);
+
+  for (std::size_t col = 64; col < 128; ++col) { // head 1's second half
+    got[128 + col] = -0.5f;
+  }
+  try {
+    (void)measure_detail::require_agreement("mla_decode.absorbed", c, got, want, "the reference");
+    FAIL("no error");
+  } catch (const Error& e) {
+    std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("mla_decode.absorbed (heads 2, batch 1, context 64, query 1) disagrees with "
+                    "the reference") != std::string::npos);
+    CHECK(what.find("64 of 256 elements miss the bar (0 not finite): sequences all 1, query rows "
+                    "all 1, heads 1 of 2, columns 64–127 of 128") != std::string::npos);
+  }
+  // Every element within its bar (0.007 < 0.0079) and the cosine difference over it:
+  // 0.007² / 0.5 = 9.8e-5.
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    got[i] = i % 2 == 0 ? 0.507f : 0.493f;
+  }
+  CHECK_THROWS_WITH(
+      measure_detail::require_agreement("mla_decode.absorbed", c, got, want, "the reference"),
+      Catch::Contains("cos diff 9.8e-05 (bar 1e-05), max |err| 0.007; every element is within "
+                      "the per-element bar"));
+  // Between strategies the bars are twice as wide: one element 0.01 off at 0.5 (rms 0.5)
+  // passes there (0.0157 × 2 × 0.5) and not against the reference (0.0157 × 0.5 = 0.0079).
+  got.assign(want.begin(), want.end());
+  got[3] = 0.51f;
+  CHECK_THROWS_AS(
+      measure_detail::require_agreement("mla_decode.naive", c, got, want, "the reference"), Error);
+  CHECK_NOTHROW(measure_detail::require_agreement("mla_decode.naive", c, got, want,
+                                                  "mla_decode.absorbed",
+                                                  measure_detail::k_between_strategies));
+}
+
 TEST_CASE("the roofline bound of a kernel uses the read probe as its memory ceiling", "[measure]") {
   // The fake backend's copy and triad probes beat its read probe, as on a CPU with few cores;
   // the kernels only read, so their bound is the read rate.
