@@ -86,10 +86,12 @@ public:
   /// this build compiled for sm_90a.
   [[nodiscard]] static bool wgmma_supported();
 
-  /// Throws std::invalid_argument for a shape the kernels are not built for, or for `wgmma`
-  /// where wgmma_supported() is false.
+  /// `splits`: KV splits of the absorbed kernel; 0 chooses them for the GPU (whole waves, at
+  /// least 128 tokens each), 1 to 64 asks for that many (at most one per tile; splits() says
+  /// what ran), for tuning. Throws std::invalid_argument for a shape the kernels are not built
+  /// for, a split count out of range, or `wgmma` where wgmma_supported() is false.
   MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed,
-                AbsorbedKernel kernel = AbsorbedKernel::mma_sync);
+                AbsorbedKernel kernel = AbsorbedKernel::mma_sync, int splits = 0);
   ~MlaDecodeCuda();
   MlaDecodeCuda(const MlaDecodeCuda&) = delete;
   MlaDecodeCuda& operator=(const MlaDecodeCuda&) = delete;

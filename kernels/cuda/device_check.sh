@@ -38,7 +38,7 @@ timeout 90 "$bundle/kvcalc_device_tests" --durations yes "[wgmma]" 2>&1 |
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 say "absorbed kernels side by side (kvcalc_device_bench)"
-timeout 150 "$bundle/kvcalc_device_bench" 2>&1 | tee "$out/bench.txt"
+timeout 180 "$bundle/kvcalc_device_bench" 2>&1 | tee "$out/bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 if grep -q "compute capability 9.0; wgmma kernel not available" "$out/bench.txt"; then
   echo "a Hopper GPU, but the bundle has no sm_90a code: rebuild it with build_device_bundle.sh" |

@@ -260,7 +260,8 @@ bool MlaDecodeCuda::wgmma_supported() {
   return supported;
 }
 
-MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed, AbsorbedKernel kernel)
+MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed, AbsorbedKernel kernel,
+                             int splits)
     : m(std::make_unique<State>()) {
   if (shape.d_c != k_latent || shape.d_r != k_key - k_latent || shape.d_nope != 128 ||
       shape.d_v != 128) {
@@ -274,6 +275,11 @@ MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed, Absorbed
   if (shape.context > std::numeric_limits<int>::max() / 2 ||
       shape.batch > std::numeric_limits<int>::max() / 2 || shape.query * shape.heads > 65535) {
     throw std::invalid_argument("MLA decode on CUDA: shape too large for one launch");
+  }
+  if (splits < 0 || splits > k_max_splits) {
+    throw std::invalid_argument("MLA decode on CUDA: KV splits must be 0 (chosen for the GPU) "
+                                "to " +
+                                std::to_string(k_max_splits) + ", not " + std::to_string(splits));
   }
   if (kernel == AbsorbedKernel::wgmma && !wgmma_supported()) {
     throw std::invalid_argument("MLA decode on CUDA: the wgmma kernel needs a compute "
@@ -350,10 +356,12 @@ MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed, Absorbed
   int sms = 0;
   KVCALC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int tiles = static_cast<int>((T + s.tile_tokens - 1) / s.tile_tokens);
-  // At least 128 tokens per split.
-  const int wanted =
-      choose_splits(tiles, static_cast<long long>(B) * s.row_blocks,
-                    static_cast<long long>(sms) * per_sm, std::max(1, 128 / s.tile_tokens));
+  // At least 128 tokens per split, unless the caller asks for a split count (at most one per
+  // tile).
+  const int wanted = splits > 0 ? std::min(splits, tiles)
+                                : choose_splits(tiles, static_cast<long long>(B) * s.row_blocks,
+                                                static_cast<long long>(sms) * per_sm,
+                                                std::max(1, 128 / s.tile_tokens));
   s.tiles_per_split = (tiles + wanted - 1) / wanted;
   s.splits = (tiles + s.tiles_per_split - 1) / s.tiles_per_split;
   s.q_latent.resize(B * s.rows * k_key);

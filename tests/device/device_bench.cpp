@@ -1,10 +1,11 @@
 // The absorbed MLA decode kernels side by side on one GPU: mma_sync and (on Hopper) wgmma, the
-// same inputs, each checked before it is timed. Every mma_sync row comes first, so a fault of
-// the wgmma kernel loses only its own rows. Not a test: kernels/cuda/device_check.sh runs it
+// same inputs, each checked before it is timed; then, per kernel, the memory-bound shape at
+// every KV split count, to tune the split rule by. Every mma_sync row comes first, so a fault
+// of the wgmma kernel loses only its own rows. Not a test: kernels/cuda/device_check.sh runs it
 // and docs/performance.md records what it prints. Exit 77 without a GPU, 1 when a check fails.
 //
 //   kvcalc_device_bench [--quick]     batch 128; heads 16, 64, 128; context 4k and 32k
-//                                     (--quick: context 4k only)
+//                                     (--quick: context 4k only); splits at 16 heads, 4k
 
 #include <cstdio>
 #include <cstring>
@@ -45,13 +46,81 @@ Timing time_absorbed(cuda::MlaDecodeCuda& problem) {
   return {median(totals), median(attention)};
 }
 
-/// Throws unless `got` is within the bars of `want`.
-void require(const Agreement& a, double max_cos_diff, const std::string& what) {
-  if (!a.finite || a.cos_diff > max_cos_diff || a.elements_over_bar != 0) {
-    throw std::runtime_error(what + ": cos diff " + std::to_string(a.cos_diff) + ", " +
-                             std::to_string(a.elements_over_bar) + " elements over the bar" +
-                             (a.finite ? "" : ", not finite"));
+/// Throws unless `got` is within the bars of `want`, saying where it is not.
+Agreement require(const std::vector<float>& got, const std::vector<double>& want,
+                  const MlaShape& shape, double bar_scale, const std::string& what) {
+  const double abs_bar = bar_scale * k_abs_bar;
+  const double rel_bar = bar_scale * k_rel_bar;
+  Agreement a = compare(got, want, abs_bar, rel_bar);
+  if (!a.finite || a.cos_diff > bar_scale * 1e-5 || a.elements_over_bar != 0) {
+    const std::string misses = describe_misses(got, want, shape, abs_bar, rel_bar);
+    throw std::runtime_error(what + ": cos diff " + std::to_string(a.cos_diff) + "; " +
+                             (misses.empty() ? "every element within the bar" : misses));
   }
+  return a;
+}
+
+/// The batch-128 shapes the bench times.
+MlaShape bench_shape(std::uint64_t heads, std::uint64_t context) {
+  MlaShape s;
+  s.batch = 128;
+  s.heads = heads;
+  s.query = 1;
+  s.context = context;
+  return s;
+}
+
+/// What the mma_sync pass leaves for the wgmma pass of the same shape.
+struct Baseline {
+  std::vector<double> reference; ///< the first sequence, in double precision
+  std::vector<float> mma_output; ///< every sequence
+  double mma_attention_s = 0;
+};
+
+/// Checks then times one kernel on `s` and prints its row; `splits` 0 lets the kernel choose.
+void bench_row(const MlaShape& s, cuda::AbsorbedKernel kernel, int splits, Baseline& base) {
+  const bool is_wgmma = kernel == cuda::AbsorbedKernel::wgmma;
+  const char* name = is_wgmma ? "wgmma" : "mma_sync";
+  const std::string where = std::string(name) + ", " + std::to_string(s.heads) +
+                            " heads, context " + std::to_string(s.context) +
+                            (splits > 0 ? ", " + std::to_string(splits) + " splits asked" : "");
+  const double b = static_cast<double>(s.batch);
+  const double h = static_cast<double>(s.heads);
+  const double t = static_cast<double>(s.context);
+  const double bytes = (b * t * 576 + b * h * (576 + 512)) * 2;
+  const double flops = 2 * b * h * t * (576 + 512);
+
+  cuda::MlaDecodeCuda problem(s, 20260101, kernel, splits);
+  (void)problem.run(false, true);
+  std::vector<float> out = problem.output();
+  if (base.reference.empty()) {
+    base.reference = mla_decode_reference(problem.first_sequence(), 1);
+  }
+  Agreement a = require(out, base.reference, s, 1, where + ", against the double reference");
+  char text[96];
+  std::snprintf(text, sizeof text, "ref cos %.1e", a.cos_diff);
+  std::string check = text;
+  if (!base.mma_output.empty()) {
+    // Every sequence: each is within the bars of the reference, so twice them apart.
+    Agreement both =
+        require(out, std::vector<double>(base.mma_output.begin(), base.mma_output.end()), s, 2,
+                where + ", against mma_sync over the whole batch");
+    std::snprintf(text, sizeof text, ", vs mma_sync cos %.1e", both.cos_diff);
+    check += text;
+  }
+  Timing tm = time_absorbed(problem);
+  std::printf("%5llu %7llu  %-8s %6d %11.1f %11.1f %9.3f %10.1f  %s",
+              static_cast<unsigned long long>(s.heads), static_cast<unsigned long long>(s.context),
+              name, problem.splits(), tm.total_s * 1e6, tm.attention_s * 1e6,
+              bytes / tm.attention_s / 1e12, flops / tm.attention_s / 1e12, check.c_str());
+  if (base.mma_output.empty() && !is_wgmma && splits == 0) {
+    base.mma_output = std::move(out);
+    base.mma_attention_s = tm.attention_s;
+  } else if (base.mma_attention_s > 0) {
+    std::printf("; attn %.2fx mma_sync", base.mma_attention_s / tm.attention_s);
+  }
+  std::printf("\n");
+  std::fflush(stdout);
 }
 
 } // namespace
@@ -80,79 +149,41 @@ int main(int argc, char* argv[]) {
                       : "not available (needs compute capability 9.0 and sm_90a code)");
     std::printf("absorbed MLA decode, batch 128, query 1, DeepSeek dimensions; median of 10, L2 "
                 "flushed.\n'attn' is the split-KV kernel + combine, counted as FlashMLA counts "
-                "(bytes: latent + q + out; FLOPs: 2·h·t·(576 + 512) per sequence).\n\n");
-    std::printf("%5s %7s  %-8s %6s %11s %11s %9s %10s  %s\n", "heads", "context", "kernel",
-                "splits", "total us", "attn us", "attn TB/s", "attn TF/s", "check");
+                "(bytes: latent + q + out; FLOPs: 2·h·t·(576 + 512) per sequence).\n");
     std::vector<MlaShape> shapes;
     for (std::uint64_t heads : {16u, 64u, 128u}) {
       for (std::uint64_t context : {4096u, 32768u}) {
-        if (quick && context > 4096) {
-          continue;
+        if (!quick || context == 4096) {
+          shapes.push_back(bench_shape(heads, context));
         }
-        MlaShape s;
-        s.batch = 128;
-        s.heads = heads;
-        s.query = 1;
-        s.context = context;
-        shapes.push_back(s);
       }
     }
-    // Per shape, from the mma_sync pass: the reference, the whole output and the attention time.
-    std::vector<std::vector<double>> references(shapes.size());
-    std::vector<std::vector<float>> mma_outputs(shapes.size());
-    std::vector<double> mma_attention(shapes.size());
+    // The memory-bound target's shape, at these split counts (the kernels cap them at one per
+    // tile: 128 tiles for mma_sync, 64 for wgmma).
+    const MlaShape sweep = bench_shape(16, 4096);
+    const int sweep_splits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
+
+    std::vector<Baseline> baselines(shapes.size());
+    Baseline sweep_base;
     for (cuda::AbsorbedKernel kernel :
          {cuda::AbsorbedKernel::mma_sync, cuda::AbsorbedKernel::wgmma}) {
-      const bool is_wgmma = kernel == cuda::AbsorbedKernel::wgmma;
-      if (is_wgmma && !wgmma) {
+      if (kernel == cuda::AbsorbedKernel::wgmma && !wgmma) {
         continue;
       }
-      const char* name = is_wgmma ? "wgmma" : "mma_sync";
+      std::printf("\n%5s %7s  %-8s %6s %11s %11s %9s %10s  %s\n", "heads", "context", "kernel",
+                  "splits", "total us", "attn us", "attn TB/s", "attn TF/s", "check");
       for (std::size_t i = 0; i < shapes.size(); ++i) {
-        const MlaShape& s = shapes[i];
-        const std::string where = std::string(name) + ", " + std::to_string(s.heads) +
-                                  " heads, context " + std::to_string(s.context);
-        const double b = static_cast<double>(s.batch);
-        const double h = static_cast<double>(s.heads);
-        const double t = static_cast<double>(s.context);
-        const double bytes = (b * t * 576 + b * h * (576 + 512)) * 2;
-        const double flops = 2 * b * h * t * (576 + 512);
-
-        cuda::MlaDecodeCuda problem(s, 20260101, kernel);
-        (void)problem.run(false, true);
-        std::vector<float> out = problem.output();
-        if (references[i].empty()) {
-          references[i] = mla_decode_reference(problem.first_sequence(), 1);
+        bench_row(shapes[i], kernel, 0, baselines[i]);
+        if (shapes[i].heads == sweep.heads && shapes[i].context == sweep.context &&
+            sweep_base.mma_output.empty()) {
+          sweep_base = baselines[i];
         }
-        Agreement a = compare(out, references[i]);
-        require(a, 1e-5, where + ", against the double reference");
-        char text[96];
-        std::snprintf(text, sizeof text, "ref cos %.1e", a.cos_diff);
-        std::string check = text;
-        if (is_wgmma) {
-          // Every sequence: each is within the bars of the reference, so twice them apart.
-          Agreement both =
-              compare(out, std::vector<double>(mma_outputs[i].begin(), mma_outputs[i].end()),
-                      2 * k_abs_bar, 2 * k_rel_bar);
-          require(both, 2e-5, where + ", against mma_sync over the whole batch");
-          std::snprintf(text, sizeof text, ", vs mma_sync cos %.1e", both.cos_diff);
-          check += text;
-        } else {
-          mma_outputs[i] = std::move(out);
-        }
-        Timing tm = time_absorbed(problem);
-        std::printf("%5llu %7llu  %-8s %6d %11.1f %11.1f %9.3f %10.1f  %s",
-                    static_cast<unsigned long long>(s.heads),
-                    static_cast<unsigned long long>(s.context), name, problem.splits(),
-                    tm.total_s * 1e6, tm.attention_s * 1e6, bytes / tm.attention_s / 1e12,
-                    flops / tm.attention_s / 1e12, check.c_str());
-        if (is_wgmma) {
-          std::printf("; attn %.2fx mma_sync", mma_attention[i] / tm.attention_s);
-        } else {
-          mma_attention[i] = tm.attention_s;
-        }
-        std::printf("\n");
-        std::fflush(stdout);
+      }
+      std::printf("\nKV splits asked, %llu heads, context %llu:\n",
+                  static_cast<unsigned long long>(sweep.heads),
+                  static_cast<unsigned long long>(sweep.context));
+      for (int splits : sweep_splits) {
+        bench_row(sweep, kernel, splits, sweep_base);
       }
     }
   } catch (const std::exception& e) {

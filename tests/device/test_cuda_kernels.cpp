@@ -1,10 +1,11 @@
 // The CUDA kernels against the double reference, on small shapes that cover every code path:
 // one, two and four row groups (and, on Hopper, the wgmma kernel's row blocks of 64), padded
-// query rows, several KV splits, partial tiles and pages, MTP (query 2), and the cuda measure
-// backend end to end.
+// query rows, several KV splits (chosen, and asked for as the bench's sweep asks), partial tiles
+// and pages, MTP (query 2), and the cuda measure backend end to end.
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -64,6 +65,7 @@ void check_against_reference(cuda::AbsorbedKernel kernel) {
     REQUIRE(absorbed.size() == s.batch * s.query * s.heads * 128);
     CHECK(all_finite(absorbed));
     Agreement a = compare(absorbed, ref);
+    INFO("absorbed against the reference: " << describe_misses(absorbed, ref, s));
     CHECK(a.finite);
     CHECK(a.cos_diff <= 1e-5);
     CHECK(a.elements_over_bar == 0);
@@ -72,16 +74,40 @@ void check_against_reference(cuda::AbsorbedKernel kernel) {
     std::vector<float> naive = problem.output();
     CHECK(all_finite(naive));
     Agreement n = compare(naive, ref);
+    INFO("naive against the reference: " << describe_misses(naive, ref, s));
     CHECK(n.cos_diff <= 1e-5);
     CHECK(n.elements_over_bar == 0);
     // Every sequence, not only the reference's first.
     // Each is within the bars of the reference, so the two may differ by twice them.
-    Agreement both = compare(naive, std::vector<double>(absorbed.begin(), absorbed.end()),
-                             2 * k_abs_bar, 2 * k_rel_bar);
+    const std::vector<double> absorbed_all(absorbed.begin(), absorbed.end());
+    Agreement both = compare(naive, absorbed_all, 2 * k_abs_bar, 2 * k_rel_bar);
+    INFO("naive against absorbed: " << describe_misses(naive, absorbed_all, s, 2 * k_abs_bar,
+                                                       2 * k_rel_bar));
     CHECK(both.cos_diff <= 2e-5);
     CHECK(both.elements_over_bar == 0);
     CHECK(times.total_s > 0);
     CHECK(times.phases.size() == 5);
+  }
+}
+
+/// Split counts asked for, as the bench's sweep asks them: one split, and one per tile.
+void check_asked_splits(cuda::AbsorbedKernel kernel) {
+  const MlaShape s = shape(2, 16, 1, 1000);
+  cuda::MlaDecodeCuda chosen(s, 5, kernel);
+  std::vector<double> ref = mla_decode_reference(chosen.first_sequence(), 1);
+  const int tile = kernel == cuda::AbsorbedKernel::wgmma ? 64 : 32;
+  const int tiles = (1000 + tile - 1) / tile;
+  for (int asked : {1, 3, 64}) {
+    INFO("splits asked " << asked);
+    cuda::MlaDecodeCuda problem(s, 5, kernel, asked);
+    CHECK(problem.splits() == std::min(asked, tiles));
+    (void)problem.run(false, true);
+    std::vector<float> out = problem.output();
+    INFO(describe_misses(out, ref, s));
+    Agreement a = compare(out, ref);
+    CHECK(a.finite);
+    CHECK(a.cos_diff <= 1e-5);
+    CHECK(a.elements_over_bar == 0);
   }
 }
 
@@ -126,6 +152,16 @@ TEST_CASE("CUDA MLA decode runs the wgmma kernel only where it can", "[cuda][mla
   }
 }
 
+TEST_CASE("CUDA MLA decode runs the KV splits it is asked for", "[cuda][mla]") {
+  check_asked_splits(cuda::AbsorbedKernel::mma_sync);
+}
+
+TEST_CASE("CUDA MLA decode (wgmma) runs the KV splits it is asked for", "[cuda][mla][wgmma]") {
+  if (wgmma_here()) {
+    check_asked_splits(cuda::AbsorbedKernel::wgmma);
+  }
+}
+
 TEST_CASE("CUDA MLA decode allocates no more than device_bytes says", "[cuda][mla]") {
   check_device_bytes(cuda::AbsorbedKernel::mma_sync);
 }
@@ -142,6 +178,11 @@ TEST_CASE("CUDA MLA decode refuses shapes it was not built for", "[cuda][mla]") 
   s.d_c = 256;
   CHECK_THROWS_AS(cuda::MlaDecodeCuda(s, 1), std::invalid_argument);
   CHECK_THROWS_AS(cuda::MlaDecodeCuda(shape(0, 16, 1, 64), 1), std::invalid_argument);
+  for (int splits : {-1, 65}) {
+    CHECK_THROWS_AS(
+        cuda::MlaDecodeCuda(shape(1, 16, 1, 64), 1, cuda::AbsorbedKernel::mma_sync, splits),
+        std::invalid_argument);
+  }
 }
 
 TEST_CASE("CUDA probes give plausible ceilings", "[cuda][probes]") {
