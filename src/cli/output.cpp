@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <ostream>
 
@@ -95,9 +96,10 @@ Json string_array(const std::vector<std::string>& items) {
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
+  errno = 0; // write_error reports what the open or the write sets
   std::ofstream file(path, std::ios::binary);
   if (!file || !(file << text) || !file.flush()) {
-    throw Error("cannot write '" + path + "'");
+    throw write_error(path);
   }
 }
 

@@ -220,9 +220,10 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
   std::vector<Scenario> scenarios;
   std::optional<std::ofstream> timeline;
   if (!args.timeline.empty()) {
+    errno = 0; // write_error reports what the open sets
     timeline.emplace(args.timeline, std::ios::binary);
     if (!*timeline) {
-      throw Error("cannot write '" + args.timeline + "'");
+      throw write_error(args.timeline);
     }
     *timeline << "model,gpu,tp,rate_per_s,step,start_s,duration_s,running,waiting,"
                  "decode_tokens,prefill_tokens,kv_blocks_used,kv_occupancy,preemptions,"
@@ -309,7 +310,7 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
   if (timeline) {
     timeline->flush();
     if (!*timeline) {
-      throw Error("cannot write '" + args.timeline + "'");
+      throw write_error(args.timeline);
     }
     err << "kvcalc: wrote " << args.timeline << '\n';
   }

@@ -58,4 +58,9 @@ public:
   using InputError::InputError;
 };
 
+/// The error for a file that could not be written, with the system's reason (errno, read at
+/// the call): "cannot write 'out/x.json': No such file or directory; check that its folder
+/// exists and is writable". Call it right after the failed open, write or flush.
+[[nodiscard]] Error write_error(const std::string& path);
+
 } // namespace kvcalc
