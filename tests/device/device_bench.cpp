@@ -25,6 +25,7 @@ namespace {
 struct Timing {
   double total_s = 0;     ///< q·W_UK, attention, combine, W_UV
   double attention_s = 0; ///< the split-KV kernel and its combine step
+  double combine_s = 0;   ///< the combine step alone
 };
 
 /// Median of 10 runs after a warm-up, the L2 flushed before each.
@@ -32,6 +33,7 @@ Timing time_absorbed(cuda::MlaDecodeCuda& problem) {
   (void)problem.run(false, true);
   std::vector<double> totals;
   std::vector<double> attention;
+  std::vector<double> combine;
   for (int i = 0; i < 10; ++i) {
     cuda::MlaRunTimes t = problem.run(false, true);
     totals.push_back(t.total_s);
@@ -40,10 +42,13 @@ Timing time_absorbed(cuda::MlaDecodeCuda& problem) {
       if (p.name == "attention" || p.name == "combine") {
         core += p.seconds;
       }
+      if (p.name == "combine") {
+        combine.push_back(p.seconds);
+      }
     }
     attention.push_back(core);
   }
-  return {median(totals), median(attention)};
+  return {median(totals), median(attention), combine.empty() ? 0.0 : median(combine)};
 }
 
 /// Throws unless `got` is within the bars of `want`, saying where it is not.
@@ -109,9 +114,9 @@ void bench_row(const MlaShape& s, cuda::AbsorbedKernel kernel, int splits, Basel
     check += text;
   }
   Timing tm = time_absorbed(problem);
-  std::printf("%5llu %7llu  %-8s %6d %11.1f %11.1f %9.3f %10.1f  %s",
+  std::printf("%5llu %7llu  %-8s %6d %11.1f %11.1f %10.1f %9.3f %10.1f  %s",
               static_cast<unsigned long long>(s.heads), static_cast<unsigned long long>(s.context),
-              name, problem.splits(), tm.total_s * 1e6, tm.attention_s * 1e6,
+              name, problem.splits(), tm.total_s * 1e6, tm.attention_s * 1e6, tm.combine_s * 1e6,
               bytes / tm.attention_s / 1e12, flops / tm.attention_s / 1e12, check.c_str());
   if (base.mma_output.empty() && !is_wgmma && splits == 0) {
     base.mma_output = std::move(out);
@@ -170,8 +175,8 @@ int main(int argc, char* argv[]) {
       if (kernel == cuda::AbsorbedKernel::wgmma && !wgmma) {
         continue;
       }
-      std::printf("\n%5s %7s  %-8s %6s %11s %11s %9s %10s  %s\n", "heads", "context", "kernel",
-                  "splits", "total us", "attn us", "attn TB/s", "attn TF/s", "check");
+      std::printf("\n%5s %7s  %-8s %6s %11s %11s %10s %9s %10s  %s\n", "heads", "context", "kernel",
+                  "splits", "total us", "attn us", "combine us", "attn TB/s", "attn TF/s", "check");
       for (std::size_t i = 0; i < shapes.size(); ++i) {
         bench_row(shapes[i], kernel, 0, baselines[i]);
         if (shapes[i].heads == sweep.heads && shapes[i].context == sweep.context &&
