@@ -449,7 +449,8 @@ std::vector<double> mla_decode_reference(const MlaInputs& in, std::uint64_t sequ
 
 namespace {
 
-/// compare's per-element bar: |x − y| ≤ abs_bar or ≤ rel_bar · max(|y|, rms). A NaN misses.
+/// The per-element bar of compare and describe_misses: |x − y| ≤ abs_bar or ≤ rel_bar ·
+/// max(|y|, rms). A NaN misses it.
 bool misses_bar(double got, double want, double rms, double abs_bar, double rel_bar) {
   double err = std::fabs(got - want);
   return !(err <= abs_bar || err <= rel_bar * std::max(std::fabs(want), rms));

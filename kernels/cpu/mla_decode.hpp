@@ -96,7 +96,9 @@ inline constexpr double k_rel_bar = 2.01 / 128; ///< FlashMLA's relative bar
 /// [sequence][query][head][d_v] of `shape`, over the reference's values: how many, the
 /// sequences, query rows, heads and columns they touch (as ranges), and the worst of them. A
 /// failing kernel's pattern (one row block, one column half, the last page) shows in an error
-/// message. Empty when every element meets the bar.
+/// message. Empty when every element meets the bar. Each element is judged on its own: where
+/// compare counts every element once one is not finite, this counts the non-finite ones and
+/// those over the bar (the RMS taken over the finite reference values).
 [[nodiscard]] std::string describe_misses(const std::vector<float>& got,
                                           const std::vector<double>& want, const MlaShape& shape,
                                           double abs_bar = k_abs_bar, double rel_bar = k_rel_bar);

@@ -87,8 +87,9 @@ public:
   [[nodiscard]] static bool wgmma_supported();
 
   /// `splits`: KV splits of the absorbed kernel; 0 chooses them for the GPU (whole waves, at
-  /// least 128 tokens each), 1 to 64 asks for that many (at most one per tile; splits() says
-  /// what ran), for tuning. Throws std::invalid_argument for a shape the kernels are not built
+  /// least 128 tokens each). 1 to 64 asks for about that many, for tuning: the tiles go in runs
+  /// of ceil(tiles / splits), so ceil(tiles / ceil(tiles / splits)) run, never more than asked
+  /// (splits() says). Throws std::invalid_argument for a shape the kernels are not built
   /// for, a split count out of range, or `wgmma` where wgmma_supported() is false.
   MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed,
                 AbsorbedKernel kernel = AbsorbedKernel::mma_sync, int splits = 0);

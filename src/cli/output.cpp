@@ -99,7 +99,7 @@ void write_text_file(const std::string& path, const std::string& text) {
   errno = 0; // write_error reports what the open or the write sets
   std::ofstream file(path, std::ios::binary);
   if (!file || !(file << text) || !file.flush()) {
-    throw write_error(path);
+    throw write_error(path, errno);
   }
 }
 

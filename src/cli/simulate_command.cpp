@@ -1,6 +1,7 @@
 // `simulate`: a serving instance over time, on a synthetic workload or a trace.
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <fstream>
 #include <ostream>
@@ -223,7 +224,7 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
     errno = 0; // write_error reports what the open sets
     timeline.emplace(args.timeline, std::ios::binary);
     if (!*timeline) {
-      throw write_error(args.timeline);
+      throw write_error(args.timeline, errno);
     }
     *timeline << "model,gpu,tp,rate_per_s,step,start_s,duration_s,running,waiting,"
                  "decode_tokens,prefill_tokens,kv_blocks_used,kv_occupancy,preemptions,"
@@ -272,12 +273,16 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
       if (timeline) {
         std::string prefix = fmt::format("{},{},{},{},", s.model, s.gpu, capacity.parallel.tp,
                                          rate ? fmt::format("{}", *rate) : std::string());
-        on_step = [&timeline, prefix](const StepRecord& r) {
+        on_step = [&timeline, &path = args.timeline, prefix](const StepRecord& r) {
+          errno = 0;
           *timeline << prefix
                     << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", r.step, r.start_s,
                                    r.duration_s, r.running, r.waiting, r.decode_tokens,
                                    r.prefill_tokens, r.blocks_used, r.kv_occupancy, r.preemptions,
                                    r.completed);
+          if (!*timeline) { // the disk filled, say: stop now, not after the whole simulation
+            throw write_error(path, errno);
+          }
         };
       }
       if (trace) {
@@ -308,9 +313,10 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
     }
   }
   if (timeline) {
+    errno = 0;
     timeline->flush();
     if (!*timeline) {
-      throw write_error(args.timeline);
+      throw write_error(args.timeline, errno);
     }
     err << "kvcalc: wrote " << args.timeline << '\n';
   }

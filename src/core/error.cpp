@@ -26,11 +26,28 @@ std::string InputError::prefix(const SourceLocation& where) {
   return location.empty() ? std::string{} : location + ": ";
 }
 
-Error write_error(const std::string& path) {
-  const int reason = errno;
-  return Error("cannot write '" + path + "'" +
-               (reason != 0 ? std::string(": ") + std::strerror(reason) : std::string()) +
-               "; check that its folder exists and is writable");
+Error write_error(const std::string& path, int reason) {
+  std::string message = "cannot write '" + path + "'";
+  if (reason == 0) {
+    return Error(message);
+  }
+  message += std::string(": ") + std::strerror(reason);
+  switch (reason) {
+  case ENOENT:
+  case ENOTDIR:
+    return Error(message + "; check that its folder exists");
+  case EACCES:
+  case EPERM:
+  case EROFS:
+    return Error(message + "; check that you may write there");
+  case ENOSPC:
+  case EDQUOT:
+    return Error(message + "; free some space, or write elsewhere");
+  case EISDIR:
+    return Error(message + "; give a file name, not a folder");
+  default:
+    return Error(message);
+  }
 }
 
 } // namespace kvcalc

@@ -5,7 +5,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -90,24 +89,36 @@ void check_against_reference(cuda::AbsorbedKernel kernel) {
   }
 }
 
-/// Split counts asked for, as the bench's sweep asks them: one split, and one per tile.
+/// Split counts asked for, as the bench's sweep asks them: one split, counts that run as asked
+/// and one that rounds down, one per tile. Each against the reference, and against the split
+/// rule's output over every sequence.
 void check_asked_splits(cuda::AbsorbedKernel kernel) {
   const MlaShape s = shape(2, 16, 1, 1000);
   cuda::MlaDecodeCuda chosen(s, 5, kernel);
   std::vector<double> ref = mla_decode_reference(chosen.first_sequence(), 1);
+  (void)chosen.run(false, true);
+  const std::vector<float> rule_out = chosen.output();
+  const std::vector<double> rule(rule_out.begin(), rule_out.end());
   const int tile = kernel == cuda::AbsorbedKernel::wgmma ? 64 : 32;
-  const int tiles = (1000 + tile - 1) / tile;
-  for (int asked : {1, 3, 64}) {
+  const int tiles = (1000 + tile - 1) / tile; // 32 of mma_sync's, 16 of wgmma's
+  for (int asked : {1, 3, 10, 64}) {
     INFO("splits asked " << asked);
     cuda::MlaDecodeCuda problem(s, 5, kernel, asked);
-    CHECK(problem.splits() == std::min(asked, tiles));
+    // Runs of ceil(tiles / asked) tiles: 10 asked of 32 tiles run 8 (runs of 4), of 16 run 8.
+    const int run = (tiles + asked - 1) / asked;
+    CHECK(problem.splits() == (tiles + run - 1) / run);
+    CHECK(problem.splits() <= asked);
     (void)problem.run(false, true);
     std::vector<float> out = problem.output();
-    INFO(describe_misses(out, ref, s));
+    INFO("against the reference: " << describe_misses(out, ref, s));
     Agreement a = compare(out, ref);
     CHECK(a.finite);
     CHECK(a.cos_diff <= 1e-5);
     CHECK(a.elements_over_bar == 0);
+    INFO("against the split rule: " << describe_misses(out, rule, s, 2 * k_abs_bar, 2 * k_rel_bar));
+    Agreement both = compare(out, rule, 2 * k_abs_bar, 2 * k_rel_bar);
+    CHECK(both.cos_diff <= 2e-5);
+    CHECK(both.elements_over_bar == 0);
   }
 }
 

@@ -58,9 +58,10 @@ public:
   using InputError::InputError;
 };
 
-/// The error for a file that could not be written, with the system's reason (errno, read at
-/// the call): "cannot write 'out/x.json': No such file or directory; check that its folder
-/// exists and is writable". Call it right after the failed open, write or flush.
-[[nodiscard]] Error write_error(const std::string& path);
+/// The error for a file that could not be written, with the system's reason (`reason`: the
+/// errno of the failed open, write or flush, read by the caller at once; 0 when unknown) and
+/// what to check: "cannot write 'out/x.json': No such file or directory; check that its folder
+/// exists".
+[[nodiscard]] Error write_error(const std::string& path, int reason);
 
 } // namespace kvcalc
