@@ -77,9 +77,11 @@ enum class AbsorbedKernel { mma_sync, wgmma };
 /// workspace.
 class MlaDecodeCuda {
 public:
-  /// Device memory the constructor allocates for `shape` at most: inputs, the absorbed path's
-  /// buffers at the largest split count, and the naive workspace at its smallest (one
-  /// sequence), in floating point so no shape overflows it.
+  /// Device memory the constructor needs for `shape`: inputs, the absorbed path's buffers at
+  /// the largest split count, and the naive workspace at its smallest (one sequence), in
+  /// floating point so no shape overflows it. It is what the constructor takes for one
+  /// sequence; for more, the naive workspace holds as many as a quarter of the memory then free
+  /// (16 GiB at most) allows, so it may take more than this, never less memory than is free.
   [[nodiscard]] static double device_bytes(const MlaShape& shape);
 
   /// Whether device 0 can run AbsorbedKernel::wgmma: a compute capability 9.0 GPU running code
