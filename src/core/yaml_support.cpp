@@ -78,8 +78,21 @@ MapReader::MapReader(YAML::Node map, std::string path, std::shared_ptr<LocationM
     throw InputError(location_of(m_map, m_locations->file()),
                      what + " must be a map of key: value pairs");
   }
+  // A key given twice is an error: readers disagree on which one counts (yaml-cpp's lookup
+  // takes the first, Python's json and transformers the last), so either would be a silent
+  // guess.
+  std::map<std::string, SourceLocation, std::less<>> first_seen;
   for (const auto& entry : m_map) {
     auto key = scalar_of(entry.first, m_locations->file(), "a key");
+    SourceLocation at = location_of(entry.first, m_locations->file());
+    if (auto it = first_seen.find(key); it != first_seen.end()) {
+      std::string where_text = m_path.empty() ? "" : " in '" + m_path + "'";
+      std::string first =
+          it->second.line > 0 ? " (first at line " + std::to_string(it->second.line) + ")" : "";
+      throw InputError(at, "duplicate key '" + key + "'" + where_text + first +
+                               ": tools disagree on which one counts; keep one");
+    }
+    first_seen.emplace(key, at);
     m_locations->add(path_of(key), location_of(entry.second, m_locations->file()));
   }
 }

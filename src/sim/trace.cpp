@@ -242,6 +242,10 @@ Request TraceReader::parse_jsonl(const std::string& line) {
       JsonField f;
       int key_column = col();
       f.key = read_string();
+      if (std::any_of(fields.begin(), fields.end(),
+                      [&](const JsonField& g) { return g.key == f.key; })) {
+        fail("duplicate key '" + f.key + "' in this JSON object; keep one", key_column);
+      }
       if (std::find(k_trace_keys.begin(), k_trace_keys.end(), f.key) == k_trace_keys.end()) {
         fail("unknown key '" + f.key + "'" + did_you_mean(f.key, k_trace_keys) +
                  " (keys: arrival_s, prompt_tokens, output_tokens, and optionally prefix_id, "
