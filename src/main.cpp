@@ -1,13 +1,34 @@
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <new>
+#include <string>
 
 #include <kvcalc/cli/app.hpp>
 #include <kvcalc/core/error.hpp>
 
+namespace {
+
+/// The exit code once everything is written: a report that did not reach standard output (a
+/// full disk, say) is an error, not a success.
+int after_output(int code) {
+  errno = 0;
+  std::cout.flush();
+  if (std::cout) {
+    return code;
+  }
+  const int reason = errno;
+  std::cerr << "kvcalc: error: cannot write to standard output"
+            << (reason != 0 ? std::string(": ") + std::strerror(reason) : std::string()) << '\n';
+  return static_cast<int>(kvcalc::ExitCode::error);
+}
+
+} // namespace
+
 int main(int argc, char** argv) {
   try {
-    return kvcalc::run_cli(argc, argv, std::cout, std::cerr);
+    return after_output(kvcalc::run_cli(argc, argv, std::cout, std::cerr));
   } catch (const kvcalc::Error& e) {
     std::cout.flush();
     std::cerr << "kvcalc: error: " << e.what() << '\n';
