@@ -130,8 +130,9 @@ std::pair<double, double> parse_efficiency(const std::string& text) {
                        "': expected bw=F and/or flops=F, e.g. bw=0.85,flops=0.7");
     }
     double v = parse_fraction(item.substr(eq + 1), "--efficiency " + key, 0.0, 1.0);
-    if (v <= 0) {
-      throw InputError("--efficiency " + key + " must be above 0");
+    if (v < 0.01) {
+      throw InputError("--efficiency " + key +
+                       " must be at least 0.01 (1% of the datasheet), got " + item.substr(eq + 1));
     }
     (key == "bw" ? bw : flops) = v;
     if (comma == std::string::npos) {

@@ -206,6 +206,16 @@ std::optional<double> MapReader::number(std::string_view key) const {
   return d;
 }
 
+std::optional<double> MapReader::device_rate(std::string_view key) const {
+  auto value = number(key);
+  if (value && *value < k_min_device_rate) {
+    fail(key, "'" + path_of(key) + "' = " + *text(key) +
+                  " is not a device's rate: the unit is per second (bytes or FLOP), so an H200 "
+                  "reads 4.8e12 B/s and computes 989e12 bf16 FLOP/s; kvcalc takes at least 1e6");
+  }
+  return value;
+}
+
 std::optional<std::string> MapReader::text(std::string_view key) const {
   if (!has(key)) {
     return std::nullopt;

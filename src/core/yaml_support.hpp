@@ -46,6 +46,9 @@ private:
   std::map<std::string, SourceLocation, std::less<>> m_where;
 };
 
+/// The smallest rate a device file may give, per second: 1e6 (a megabyte or a megaFLOP).
+inline constexpr double k_min_device_rate = 1e6;
+
 /// Reads the keys of one YAML map, with the errors of docs/model-format.md.
 class MapReader {
 public:
@@ -70,6 +73,9 @@ public:
   [[nodiscard]] u64 required_count(std::string_view key, std::string_view meaning) const;
   /// A finite, non-negative real number ("3.35e12", "900e9", "0.9"); nullopt when absent.
   [[nodiscard]] std::optional<double> number(std::string_view key) const;
+  /// A device's rate per second (bytes or FLOP): a number of at least k_min_device_rate, since
+  /// anything smaller is a unit slip ("4.8" for 4.8 TB/s), not a device; nullopt when absent.
+  [[nodiscard]] std::optional<double> device_rate(std::string_view key) const;
   [[nodiscard]] std::optional<std::string> text(std::string_view key) const;
   [[nodiscard]] std::string required_text(std::string_view key, std::string_view meaning) const;
   [[nodiscard]] std::optional<bool> flag(std::string_view key) const;

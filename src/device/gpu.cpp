@@ -53,10 +53,9 @@ Gpu read_gpu(const MapReader& r) {
   g.architecture = r.required_text("architecture", "ampere, ada, hopper, blackwell, cdna3, ...");
   g.memory_bytes = r.required_count("memory_bytes", "usable memory, as the driver reports it");
   g.memory_nominal_bytes = r.required_count("memory_nominal_bytes", "memory as marketed");
-  auto bandwidth = r.number("memory_bandwidth_bytes_per_s");
-  if (!bandwidth || *bandwidth <= 0) {
-    r.fail("memory_bandwidth_bytes_per_s",
-           "'memory_bandwidth_bytes_per_s' is required and must be positive");
+  auto bandwidth = r.device_rate("memory_bandwidth_bytes_per_s");
+  if (!bandwidth) {
+    r.missing("memory_bandwidth_bytes_per_s", "the datasheet memory bandwidth, bytes per second");
   }
   g.memory_bandwidth_bytes_per_s = *bandwidth;
   auto flops = r.map("flops_per_s");
@@ -65,7 +64,7 @@ Gpu read_gpu(const MapReader& r) {
   }
   flops->allow_only({"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"});
   for (const auto& field : k_peak_flops_fields) {
-    g.flops_per_s.*field.value = flops->number(field.name);
+    g.flops_per_s.*field.value = flops->device_rate(field.name);
   }
   if (!g.flops_per_s.bf16 && !g.flops_per_s.fp16) {
     flops->fail("bf16", "a GPU needs at least a bf16 or fp16 dense peak");
@@ -78,14 +77,21 @@ Gpu read_gpu(const MapReader& r) {
   }
   link->allow_only({"kind", "bytes_per_s"});
   g.interconnect = link->required_text("kind", "nvlink4, pcie5, infinity-fabric, ...");
-  auto link_rate = link->number("bytes_per_s");
-  if (!link_rate || *link_rate <= 0) {
-    link->fail("bytes_per_s", "'interconnect.bytes_per_s' is required and must be positive");
+  auto link_rate = link->device_rate("bytes_per_s");
+  if (!link_rate) {
+    link->missing("bytes_per_s", "the link's bandwidth, one direction, bytes per second");
   }
   g.interconnect_bytes_per_s = *link_rate;
   g.source = r.required_text("source", "where the figures come from");
   if (g.memory_bytes == 0 || g.memory_nominal_bytes == 0) {
     r.fail("memory_bytes", "memory sizes must be at least 1 byte");
+  }
+  // A petabyte is far beyond any GPU, and keeps every budget sum far from 2^63.
+  constexpr u64 k_max_gpu_memory = u64{1} << 50;
+  if (g.memory_bytes > k_max_gpu_memory || g.memory_nominal_bytes > k_max_gpu_memory) {
+    r.fail(g.memory_bytes > k_max_gpu_memory ? "memory_bytes" : "memory_nominal_bytes",
+           "GPU memory of more than 1 PiB (2^50 bytes) is not a GPU's: the unit is bytes "
+           "(an H200 has 150,754,820,096)");
   }
   return g;
 }
@@ -101,7 +107,7 @@ std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& f
   }
   MapReader top(root, "", locations);
   top.allow_only({"gpus"});
-  YAML::Node list = top.node("gpus");
+  YAML::Node list = top.has("gpus") ? top.node("gpus") : YAML::Node();
   if (!list.IsSequence() || list.size() == 0) {
     throw InputError(detail::location_of(root, file),
                      "a GPU catalog needs a non-empty 'gpus:' list (docs/gpu-catalog.md)");

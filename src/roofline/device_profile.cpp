@@ -25,9 +25,9 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& f
   p.device = r.required_text("device", "the device measured");
   p.backend = r.required_text("backend", "cuda, cpu or fake");
   p.date = r.text("date").value_or("");
-  auto bw = r.number("bandwidth_bytes_per_s");
-  if (!bw || *bw <= 0) {
-    r.fail("bandwidth_bytes_per_s", "'bandwidth_bytes_per_s' is required and must be positive");
+  auto bw = r.device_rate("bandwidth_bytes_per_s");
+  if (!bw) {
+    r.missing("bandwidth_bytes_per_s", "the measured memory bandwidth, bytes per second");
   }
   p.bandwidth_bytes_per_s = *bw;
   auto flops = r.map("flops_per_s");
@@ -36,9 +36,9 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& f
   }
   flops->allow_only({"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"});
   for (const auto& field : k_peak_flops_fields) {
-    p.flops_per_s.*field.value = flops->number(field.name);
+    p.flops_per_s.*field.value = flops->device_rate(field.name);
   }
-  p.link_bytes_per_s = r.number("link_bytes_per_s").value_or(0);
+  p.link_bytes_per_s = r.device_rate("link_bytes_per_s").value_or(0);
   return p;
 }
 
