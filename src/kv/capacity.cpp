@@ -84,6 +84,12 @@ RankView rank_view(const Model& m, const CacheFormat& format, u64 attention_tp, 
         engine == Engine::trtllm ? ceil_div(kv, attention_tp) : std::max<u64>(1, kv / attention_tp);
     a.heads = std::max<u64>(1, a.heads / attention_tp);
   }
+  if (v.model.linear_state) {
+    // A linear layer's heads are split over tensor parallelism as attention's are (vLLM's
+    // gated_delta_net_state_shape divides the key and value heads, and so every term of the
+    // state, by tp): each rank holds 1/tp of the state.
+    v.model.linear_state->elements = ceil_div(m.linear_state->elements, attention_tp);
+  }
   // The busiest pipeline stage: ⌈layers / pp⌉ layers, the model's pattern from its start.
   u64 stage = ceil_div(m.layers, pp);
   v.model.layers = stage;
@@ -346,6 +352,16 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
     throw InputError(m.name + " has linear-attention layers, whose state pools " +
                      std::string(engine_name(es.engine)) +
                      " sizes by rules kvcalc does not model; use --engine plain");
+  }
+  if (rank.linear_layers > 0) {
+    const LinearState& state = *rank.model.linear_state;
+    u64 per_layer = dtype_storage_bytes(state.dtype, state.elements);
+    why.push_back("linear state per sequence on one GPU: " + g(rank.linear_layers) +
+                  " linear layers × " + g(state.elements) + " elements (" +
+                  g(m.linear_state->elements) + " over tp " + g(attention_tp) + ") × " +
+                  std::to_string(dtype_bits(state.dtype)) +
+                  " bit = " + g(checked_mul(per_layer, rank.linear_layers, "state bytes")) +
+                  " B, whatever the context");
   }
   if (es.engine == Engine::trtllm && rank.sliding_layers > 0) {
     r.notes.push_back("TensorRT-LLM's variable sliding window is not modelled: its sliding layers "

@@ -169,6 +169,22 @@ TEST_CASE("tensor parallelism splits GQA heads and replicates the MLA latent", "
   CHECK(dcp.contexts[0].max_sequences >= 7 * tp8.contexts[0].max_sequences);
 }
 
+TEST_CASE("tensor parallelism splits a linear layer's state as it splits heads", "[capacity][tp]") {
+  // Qwen3-Next-80B-A3B: 36 linear layers x 548,864 bf16 elements of state, 12 full layers of
+  // 2 KV heads x 256 x 2 (K and V) x 2 B (docs/formulas.md §5).
+  auto next = request(zoo("qwen3-next-80b-a3b"), "h200", Engine::plain, {4096});
+  for (u64 tp : {1u, 2u, 4u}) {
+    next.parallel.tp = tp;
+    next.parallel.gpus = tp;
+    CapacityResult r = compute_capacity(next);
+    INFO("tp " << tp);
+    u64 state = 36 * (548864 / tp) * 2;
+    u64 kv_heads = 2 / std::min<u64>(tp, 2); // one per rank from tp 2, replicated past it
+    u64 kv = 12 * kv_heads * 256 * 2 * 2 * 4096;
+    CHECK(r.contexts[0].bytes_per_sequence == state + kv);
+  }
+}
+
 TEST_CASE("weights that do not fit say so", "[capacity]") {
   CapacityResult r =
       compute_capacity(request(zoo("llama-3.1-405b"), "h100-sxm", Engine::plain, {4096}));
