@@ -389,6 +389,14 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
   r.non_kv_estimated = !es.reserve_bytes && !es.non_kv_bytes && !es.kv_cache_bytes;
 
   // The pool per GPU.
+  if (es.non_kv_bytes && *es.non_kv_bytes < weights.per_gpu) {
+    throw InputError("the non-KV memory given (--non-kv-memory, a plan's non_kv_memory), " +
+                     g(*es.non_kv_bytes) + " B, is less than the weights alone on one GPU (" +
+                     g(weights.per_gpu) +
+                     " B): it is all the memory besides the KV cache, weights included; to give "
+                     "only what comes on top of the weights (activations, runtime), use --reserve "
+                     "(reserve)");
+  }
   u64 non_kv = es.non_kv_bytes.value_or(checked_add(weights.per_gpu, reserve));
   auto signed_pool = [](u64 budget, u64 used) {
     return budget >= used ? static_cast<long long>(budget - used)
