@@ -272,20 +272,29 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
                  {"s at equal FLOPs", "flop_query"},
                  {"s where naive is faster", "time_query"}};
     Json list = Json::array();
+    bool flops_never = false;
     for (const auto& [who, c] : crossovers) {
-      t.rows.push_back({Cell::text(who), Cell::count(c.prefix), Cell::number(c.flop_ratio),
-                        Cell::number(c.flop_query),
+      t.rows.push_back({Cell::text(who), Cell::count(c.prefix),
+                        c.flop_ratio ? Cell::number(*c.flop_ratio) : Cell::text("never"),
+                        c.flop_query ? Cell::number(*c.flop_query) : Cell::text("never"),
                         c.time_query ? Cell::count(c.time_query) : Cell::text("none")});
+      if (!c.flop_ratio) {
+        flops_never = true;
+      }
       Json j = Json::object();
       j["deployment"] = who;
       j["prefix"] = c.prefix;
-      j["flop_ratio"] = c.flop_ratio;
-      j["flop_query"] = c.flop_query;
+      j["flop_ratio"] = c.flop_ratio ? Json(*c.flop_ratio) : Json();
+      j["flop_query"] = c.flop_query ? Json(*c.flop_query) : Json();
       j["time_query"] = c.time_query ? Json(c.time_query) : Json();
       list.push_back(std::move(j));
     }
     t.notes.push_back("absorbed costs fewer FLOPs while s·t_eff/P stays below the ratio; the time "
                       "crossover differs because the two modes sit on opposite sides of the ridge");
+    if (flops_never) {
+      t.notes.push_back("'never': with 2·d_c ≤ d_nope + d_v the latent is so narrow that absorbed "
+                        "costs fewer FLOPs at every s");
+    }
     r.json["crossovers"] = std::move(list);
     r.csv = t;
     r.tables.push_back(std::move(t));

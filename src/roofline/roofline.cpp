@@ -527,10 +527,12 @@ MlaCrossover mla_crossover(const RooflineRequest& req) {
   double dnv = d(md.qk_nope_head_dim + md.v_head_dim);
   MlaCrossover c;
   c.prefix = req.context;
-  c.flop_ratio = dc * dnv / (2 * dc - dnv);
-  // s·(P + s/2)/P = ratio  ⇒  s = −P + √(P² + 2·ratio·P).
-  double p = d(req.context);
-  c.flop_query = -p + std::sqrt(p * p + 2 * c.flop_ratio * p);
+  if (2 * dc > dnv) {
+    c.flop_ratio = dc * dnv / (2 * dc - dnv);
+    // s·(P + s/2)/P = ratio  ⇒  s = −P + √(P² + 2·ratio·P).
+    double p = d(req.context);
+    c.flop_query = -p + std::sqrt(p * p + 2 * *c.flop_ratio * p);
+  }
   auto attention_time = [&](MlaMode mode, u64 s) {
     RooflineRequest r = req;
     r.phase = Phase::extend;

@@ -190,8 +190,10 @@ private:
 
 /// Where absorbed MLA stops paying, for chunks of s tokens over a prefix of P (docs/formulas.md).
 struct MlaCrossover {
-  double flop_ratio = 0; ///< s·t_eff/P at equal FLOPs: d_c(d_nope+d_v)/(2d_c − d_nope − d_v)
-  double flop_query = 0; ///< the s where FLOPs are equal at this prefix
+  /// s·t_eff/P at equal FLOPs: d_c(d_nope+d_v)/(2d_c − d_nope − d_v); none where 2d_c ≤
+  /// d_nope + d_v, since absorbed then costs fewer FLOPs at every s.
+  std::optional<double> flop_ratio;
+  std::optional<double> flop_query; ///< the s where FLOPs are equal at this prefix; none likewise
   u64 time_query =
       0; ///< the smallest s at which naive takes less time on this GPU (0: none ≤ limit)
   u64 prefix = 0;
