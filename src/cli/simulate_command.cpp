@@ -97,15 +97,25 @@ std::string fit_hint(const CapacityRequest& request) {
   return "";
 }
 
+/// A latency figure, null where no request gave a sample (TPOT of one-token outputs).
+Json latency_value(const LatencySummary& s, double v) {
+  return s.count > 0 ? Json(v) : Json();
+}
+
 Json latency_json(const LatencySummary& s) {
   Json j = Json::object();
-  j["mean"] = s.mean;
-  j["p50"] = s.p50;
-  j["p90"] = s.p90;
-  j["p99"] = s.p99;
-  j["max"] = s.max;
+  j["mean"] = latency_value(s, s.mean);
+  j["p50"] = latency_value(s, s.p50);
+  j["p90"] = latency_value(s, s.p90);
+  j["p99"] = latency_value(s, s.p99);
+  j["max"] = latency_value(s, s.max);
   j["count"] = s.count;
   return j;
+}
+
+/// A latency figure, "-" where no request gave a sample.
+Cell latency_cell(const LatencySummary& s, double v) {
+  return s.count > 0 ? Cell::seconds(v) : Cell::empty();
 }
 
 struct Scenario {
@@ -443,10 +453,10 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
     t.rows.push_back({Cell::text(s.model), Cell::text(s.gpu), Cell::count(c.step.parallel.tp), rate,
                       Cell::count(x.requests_completed), Cell::count(x.requests_rejected),
                       Cell::count(x.preemptions), Cell::number(x.input_tokens_per_s),
-                      Cell::number(x.output_tokens_per_s), Cell::seconds(x.ttft.p50),
-                      Cell::seconds(x.ttft.p99), Cell::seconds(x.tpot.p50),
-                      Cell::seconds(x.tpot.p99), Cell::seconds(x.e2e.p99), Cell::share(x.kv_peak),
-                      Cell::share(x.kv_mean), Cell::count(x.peak_running)});
+                      Cell::number(x.output_tokens_per_s), latency_cell(x.ttft, x.ttft.p50),
+                      latency_cell(x.ttft, x.ttft.p99), latency_cell(x.tpot, x.tpot.p50),
+                      latency_cell(x.tpot, x.tpot.p99), latency_cell(x.e2e, x.e2e.p99),
+                      Cell::share(x.kv_peak), Cell::share(x.kv_mean), Cell::count(x.peak_running)});
     std::vector<Cell> row{Cell::text(s.model),
                           Cell::text(s.gpu),
                           Cell::count(c.step.parallel.gpus),
@@ -466,7 +476,7 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
                           Cell::number(x.total_tokens_per_s)};
     for (const LatencySummary* l : {&x.ttft, &x.tpot, &x.e2e, &x.queue}) {
       for (double v : {l->mean, l->p50, l->p90, l->p99}) {
-        row.push_back(Cell::seconds(v));
+        row.push_back(latency_cell(*l, v));
       }
     }
     row.push_back(Cell::number(x.kv_peak));
@@ -556,8 +566,9 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
                  {"p90", "p90_s"}, {"p99", "p99_s"},   {"max", "max_s"}};
     for (auto [name, l] : {std::pair{"TTFT", &x.ttft}, std::pair{"TPOT", &x.tpot},
                            std::pair{"E2E", &x.e2e}, std::pair{"queueing", &x.queue}}) {
-      d.rows.push_back({Cell::text(name), Cell::seconds(l->mean), Cell::seconds(l->p50),
-                        Cell::seconds(l->p90), Cell::seconds(l->p99), Cell::seconds(l->max)});
+      d.rows.push_back({Cell::text(name), latency_cell(*l, l->mean), latency_cell(*l, l->p50),
+                        latency_cell(*l, l->p90), latency_cell(*l, l->p99),
+                        latency_cell(*l, l->max)});
     }
     std::string pool = s.config.block_size == 1
                            ? group_digits(s.config.pool_blocks) + " tokens (token-granular)"
