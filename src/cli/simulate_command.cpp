@@ -68,8 +68,10 @@ std::vector<double> parse_rates(const std::string& text) {
   while (true) {
     std::size_t comma = text.find(',', start);
     double r = parse_fraction(text.substr(start, comma - start), "--rate", 0.0, 1e9);
-    if (r <= 0) {
-      throw InputError("--rate must be above 0 requests per second");
+    if (r < k_min_arrival_rate) {
+      throw InputError("--rate must be at least 1e-6 requests per second (one in 11.6 days), "
+                       "got " +
+                       text.substr(start, comma - start));
     }
     out.push_back(r);
     if (comma == std::string::npos) {

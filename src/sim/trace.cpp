@@ -331,6 +331,13 @@ Request TraceReader::check(Request r, const std::string& prefix_name, bool has_p
                      r.arrival_s, m_last_arrival));
   }
   m_last_arrival = r.arrival_s;
+  // Times run from the first arrival: a trace of Unix timestamps (1.7e9 s) would otherwise
+  // leave the clock's double a quarter of a microsecond of resolution, and latencies, which are
+  // differences of such times, would lose their last digits.
+  if (!m_first_arrival) {
+    m_first_arrival = r.arrival_s;
+  }
+  r.arrival_s -= *m_first_arrival;
   if (prefix_name.empty()) {
     if (has_prefix_tokens && r.prefix_tokens > 0) {
       fail("prefix_tokens without a prefix_id");

@@ -374,8 +374,8 @@ Workload parse_workload(const std::string& text, const std::string& file) {
     w.arrival = r.parsed("arrival", [](const std::string& s) { return parse_arrival(s); });
   }
   if (auto rate = r.number("rate")) {
-    if (*rate <= 0) {
-      r.fail("rate", "'rate' must be above 0 requests per second");
+    if (*rate < k_min_arrival_rate) {
+      r.fail("rate", "'rate' must be at least 1e-6 requests per second");
     }
     w.rate = *rate;
   }
@@ -426,8 +426,8 @@ void validate_workload(const Workload& w) {
     }
     return;
   }
-  if (!(w.rate > 0)) {
-    throw InputError("the arrival rate must be above 0 requests per second");
+  if (!(w.rate >= k_min_arrival_rate)) {
+    throw InputError("the arrival rate must be at least 1e-6 requests per second");
   }
   if (!w.duration_s && !w.requests) {
     throw InputError("give a duration (seconds of arrivals) or a request count");

@@ -421,10 +421,18 @@ TEST_CASE("traces: CSV and JSONL, streamed", "[sim][trace]") {
                            "\"prefix_id\": \"doc\", \"prefix_tokens\": 5}\n");
   TraceReader j(jsonl, "t.jsonl");
   CHECK(j.format() == TraceFormat::jsonl);
-  CHECK(j.next()->arrival_s == 0.25);
+  CHECK(j.next()->arrival_s == 0); // times run from the first arrival
   auto second = j.next();
+  CHECK(second->arrival_s == 0.75);
   CHECK(second->prefix_tokens == 5);
   CHECK_FALSE(j.next());
+
+  // Unix timestamps: from the first, so the clock keeps its resolution.
+  std::istringstream stamps("arrival_s,prompt_tokens,output_tokens\n"
+                            "1764480000.5,10,1\n1764480001.25,10,1\n");
+  TraceReader u(stamps, "u.csv");
+  CHECK(u.next()->arrival_s == 0);
+  CHECK(u.next()->arrival_s == 0.75);
 }
 
 TEST_CASE("bad traces get line-numbered errors", "[sim][trace]") {

@@ -6,6 +6,7 @@
 
 #include <istream>
 #include <map>
+#include <optional>
 #include <string>
 
 #include <kvcalc/sim/workload.hpp>
@@ -38,6 +39,7 @@ private:
   std::vector<std::string> m_columns; ///< CSV header
   int m_arrival = -1, m_prompt = -1, m_output = -1, m_prefix_id = -1, m_prefix_tokens = -1;
   double m_last_arrival = 0;
+  std::optional<double> m_first_arrival;                 ///< arrivals are given from it
   std::map<std::string, std::pair<u64, u64>> m_prefixes; ///< name → id, prefix tokens
 };
 

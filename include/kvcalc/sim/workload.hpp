@@ -106,8 +106,13 @@ struct Workload {
 /// Parses a workload YAML; errors are InputErrors at file:line:col with a did-you-mean.
 [[nodiscard]] Workload parse_workload(const std::string& text, const std::string& file);
 
-/// Checks a workload is complete: a rate above 0 unless burst, a stop (duration or requests),
-/// burst with a request count. Throws InputError.
+/// The lowest arrival rate, requests per second (one request in 11.6 days): the simulator's
+/// clock is a double from the first arrival, and 100,000 requests below this rate would push
+/// it past 10^11 s, where its steps of milliseconds lose their last digits.
+inline constexpr double k_min_arrival_rate = 1e-6;
+
+/// Checks a workload is complete: a rate of at least k_min_arrival_rate unless burst, a stop
+/// (duration or requests), burst with a request count. Throws InputError.
 void validate_workload(const Workload& w);
 
 /// Generates a workload's requests lazily, in arrival order. Arrival times, prompt lengths,
