@@ -37,7 +37,14 @@ Workload synthetic_workload(const SimulateArgs& args) {
     w.prompt = parse_length_distribution(args.prompt, "--prompt");
   }
   if (!args.output_tokens.empty()) {
-    w.output = parse_length_distribution(args.output_tokens, "--output");
+    const std::string& text = args.output_tokens;
+    if (text.find_first_of("/\\") != std::string::npos ||
+        (text.size() > 5 && (text.ends_with(".json") || text.ends_with(".csv")))) {
+      throw InputError("--output '" + text +
+                       "' looks like a file name: --output is the output length in tokens (a "
+                       "count or a distribution); the output file is -o");
+    }
+    w.output = parse_length_distribution(text, "--output");
   }
   if (!args.duration.empty()) {
     double d = parse_fraction(args.duration, "--duration", 0.0, 1e12);

@@ -110,7 +110,7 @@ void MapReader::allow_only(std::span<const std::string_view> keys) const {
       std::string hint = did_you_mean(key, allowed);
       if (hint.empty()) {
         message += m_path.empty() ? " at the top level" : " in '" + m_path + "'";
-        message += " (see docs/model-format.md)";
+        message += " (see " + m_locations->format_doc() + ")";
       }
       throw InputError(location_of(entry.first, m_locations->file()), message + hint);
     }

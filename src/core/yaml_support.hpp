@@ -32,17 +32,21 @@ std::string scalar_of(const YAML::Node& node, const std::string& file, std::stri
 /// Where each key path of one document was found, for located validation errors.
 class LocationMap {
 public:
-  LocationMap(std::string file, SourceLocation root)
-      : m_file(std::move(file)), m_root(std::move(root)) {}
+  /// `format_doc`: the document that describes the file's keys, named in unknown-key errors.
+  LocationMap(std::string file, SourceLocation root,
+              std::string format_doc = "docs/model-format.md")
+      : m_file(std::move(file)), m_root(std::move(root)), m_format_doc(std::move(format_doc)) {}
   void add(std::string path, SourceLocation where) { m_where[std::move(path)] = std::move(where); }
   /// The key's location, else its nearest recorded parent's, else the document's.
   [[nodiscard]] SourceLocation find(std::string_view path) const;
   [[nodiscard]] const std::string& file() const { return m_file; }
+  [[nodiscard]] const std::string& format_doc() const { return m_format_doc; }
   [[nodiscard]] Locator locator() const;
 
 private:
   std::string m_file;
   SourceLocation m_root;
+  std::string m_format_doc;
   std::map<std::string, SourceLocation, std::less<>> m_where;
 };
 

@@ -100,7 +100,8 @@ Gpu read_gpu(const MapReader& r) {
 
 std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& file) {
   YAML::Node root = detail::parse_yaml(text, file);
-  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
+  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file),
+                                                         "docs/gpu-catalog.md");
   if (!root.IsMap()) {
     throw InputError(SourceLocation{file, 1, 1},
                      "a GPU catalog is a map with a 'gpus:' list (docs/gpu-catalog.md)");

@@ -450,6 +450,11 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
   }
   r.other_non_kv_bytes_per_gpu = non_kv - std::min(non_kv, weights.per_gpu);
   if (es.kv_cache_bytes) {
+    if (*es.kv_cache_bytes == 0 || *es.kv_cache_bytes > gpu.memory_bytes) {
+      throw InputError("the KV pool given (--kv-cache-memory, a plan's kv_cache_memory), " +
+                       g(*es.kv_cache_bytes) + " B, must be above 0 and at most the GPU's " +
+                       g(gpu.memory_bytes) + " B");
+    }
     pool = static_cast<long long>(*es.kv_cache_bytes);
     why.push_back("KV pool given: " + g(*es.kv_cache_bytes) + " B per GPU");
   }

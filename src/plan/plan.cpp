@@ -189,7 +189,8 @@ Plan parse_plan(const std::string& text, const std::string& file) {
   if (!root.IsDefined() || root.IsNull()) {
     throw InputError(SourceLocation{file, 0, 0}, "the plan is empty (docs/capacity-plans.md)");
   }
-  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
+  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file),
+                                                         "docs/capacity-plans.md");
   MapReader top(root, "", locations);
   top.allow_only({"defaults", "scenarios", "gpu_file"});
   Plan plan;

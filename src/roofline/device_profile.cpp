@@ -11,7 +11,8 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& f
                      "a device profile is a map written by `kvcalc measure` "
                      "(docs/device-profile.md)");
   }
-  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
+  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file),
+                                                         "docs/device-profile.md");
   detail::MapReader r(root, "", locations);
   r.allow_only({"kvcalc_device_profile", "device", "backend", "date", "bandwidth_bytes_per_s",
                 "flops_per_s", "link_bytes_per_s", "machine", "kernels", "probes"});

@@ -120,6 +120,10 @@ bool TraceReader::next_line(std::string& line) {
   if (!line.empty() && line.back() == '\r') {
     line.pop_back();
   }
+  // A UTF-8 byte-order mark, as spreadsheet programs write at the start of a "CSV UTF-8" file.
+  if (m_line == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) {
+    line.erase(0, 3);
+  }
   return true;
 }
 
@@ -168,6 +172,10 @@ u64 read_tokens(std::string_view text, const std::string& name, auto&& fail, int
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
     fail(name + " must be a whole number of tokens, got '" + std::string(text) + "'", column);
+  }
+  if (static_cast<double>(v) > k_max_request_tokens) {
+    fail(name + " " + std::string(text) + " is over 2^32 tokens, beyond any model's context",
+         column);
   }
   return v;
 }

@@ -103,6 +103,11 @@ void check_distribution(const LengthDistribution& d, std::string_view what) {
     if (d.b < 0) {
       fail("the spread must not be negative");
     }
+    // σ of the log: 10 already spreads lengths over e^±20; past it the samples overflow.
+    if (d.kind == LengthKind::lognormal ? d.b > 10 : d.b > k_max_request_tokens) {
+      fail(d.kind == LengthKind::lognormal ? "σ of the log must be at most 10"
+                                           : "the standard deviation must be at most 2^32 tokens");
+    }
     break;
   case LengthKind::cdf: {
     if (d.cdf.empty()) {
@@ -125,6 +130,12 @@ void check_distribution(const LengthDistribution& d, std::string_view what) {
     }
     break;
   }
+  }
+  const double largest = d.kind == LengthKind::uniform ? d.b
+                         : d.kind == LengthKind::cdf   ? static_cast<double>(d.cdf.back().first)
+                                                       : d.a;
+  if (largest > k_max_request_tokens) {
+    fail("lengths of more than 2^32 tokens are beyond any model's context");
   }
   if (d.min < 1 || d.max < d.min) {
     fail("needs 1 ≤ min ≤ max");
@@ -363,7 +374,8 @@ Workload parse_workload(const std::string& text, const std::string& file) {
                      "empty workload; expected the keys of docs/simulate.md (arrival, rate, "
                      "duration or requests, prompt, output)");
   }
-  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
+  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file),
+                                                         "docs/simulate.md");
   MapReader r(root, "", locations);
   r.allow_only(
       {"name", "seed", "arrival", "rate", "duration", "requests", "prompt", "output", "prefix"});

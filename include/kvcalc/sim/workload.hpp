@@ -106,6 +106,10 @@ struct Workload {
 /// Parses a workload YAML; errors are InputErrors at file:line:col with a did-you-mean.
 [[nodiscard]] Workload parse_workload(const std::string& text, const std::string& file);
 
+/// The most tokens a request's prompt or output may have, 2^32: no model's context comes near,
+/// and it keeps every token sum of the simulator far from 2^64.
+inline constexpr double k_max_request_tokens = 4294967296.0;
+
 /// The lowest arrival rate, requests per second (one request in 11.6 days): the simulator's
 /// clock is a double from the first arrival, and 100,000 requests below this rate would push
 /// it past 10^11 s, where its steps of milliseconds lose their last digits.
