@@ -120,6 +120,7 @@ std::pair<double, double> parse_efficiency(const std::string& text) {
     return {bw, flops};
   }
   std::size_t start = 0;
+  std::vector<std::string> seen;
   while (start <= text.size()) {
     std::size_t comma = text.find(',', start);
     std::string item = text.substr(start, comma - start);
@@ -129,6 +130,10 @@ std::pair<double, double> parse_efficiency(const std::string& text) {
       throw InputError("invalid --efficiency '" + text +
                        "': expected bw=F and/or flops=F, e.g. bw=0.85,flops=0.7");
     }
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      throw InputError("--efficiency gives " + key + " twice ('" + text + "'); give it once");
+    }
+    seen.push_back(key);
     double v = parse_fraction(item.substr(eq + 1), "--efficiency " + key, 0.0, 1.0);
     if (v < 0.01) {
       throw InputError("--efficiency " + key +

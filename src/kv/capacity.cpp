@@ -303,9 +303,18 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
       throw InputError("--dcp does not apply to models with sliding-window layers");
     }
   }
+  if (p.pp > m.layers) {
+    throw InputError("--pp " + g(p.pp) + " is more pipeline stages than " + m.name + "'s " +
+                     g(m.layers) + " layers; each stage needs at least one");
+  }
   p.ep = p.ep == 0 ? p.tp : p.ep;
   if (p.ep > p.gpus) {
     throw InputError("--ep " + g(p.ep) + " exceeds the " + g(p.gpus) + " GPUs");
+  }
+  if (m.moe && m.moe->routed_experts % p.ep != 0) {
+    throw InputError("--ep " + g(p.ep) + " does not divide " + m.name + "'s " +
+                     g(m.moe->routed_experts) +
+                     " routed experts; engines give every expert shard the same count");
   }
   r.parallel = p;
   r.replicas = p.gpus / copy;
