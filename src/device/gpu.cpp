@@ -150,6 +150,20 @@ GpuCatalog::GpuCatalog(const std::string& extra_file) : m_gpus(builtin_gpus()) {
     return;
   }
   for (Gpu& g : parse_gpu_catalog(detail::read_text_file(extra_file), extra_file)) {
+    // An alias another GPU already answers to would be shadowed by it, silently: refused.
+    for (const std::string& alias : g.aliases) {
+      for (const Gpu& b : m_gpus) {
+        bool taken = b.name != g.name &&
+                     (iequals(b.name, alias) ||
+                      std::any_of(b.aliases.begin(), b.aliases.end(),
+                                  [&](const std::string& a) { return iequals(a, alias); }));
+        if (taken) {
+          throw InputError(
+              extra_file + ": alias '" + alias + "' of " + g.name + " already names the bundled " +
+              b.name + "; choose another alias, or name your entry " + b.name + " to replace it");
+        }
+      }
+    }
     auto same =
         std::find_if(m_gpus.begin(), m_gpus.end(), [&](const Gpu& b) { return b.name == g.name; });
     if (same != m_gpus.end()) {
