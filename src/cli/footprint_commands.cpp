@@ -255,7 +255,10 @@ Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
     t.rows.push_back(std::move(row));
   }
   auto factor = [](u64 value, u64 reference) {
-    if (value <= reference) {
+    if (value == reference) {
+      return std::string("as much");
+    }
+    if (value < reference) {
       return format_cell(Cell::ratio(ratio(reference, value)), ByteUnits::iec) + " less";
     }
     return format_cell(Cell::ratio(ratio(value, reference)), ByteUnits::iec) + " more";
@@ -272,10 +275,11 @@ Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
         e.footprint.bytes_per_token == 0) {
       continue;
     }
+    const std::string layer_factor =
+        factor(e.footprint.bytes_per_token_per_layer, base.footprint.bytes_per_token_per_layer);
     t.notes.push_back(
-        e.model.name + " stores " +
-        factor(e.footprint.bytes_per_token_per_layer, base.footprint.bytes_per_token_per_layer) +
-        " than " + base.model.name + " per layer, " +
+        e.model.name + " stores " + layer_factor + (layer_factor == "as much" ? " as " : " than ") +
+        base.model.name + " per layer, " +
         factor(e.footprint.bytes_per_token, base.footprint.bytes_per_token) + " per token");
   }
   return t;
