@@ -164,9 +164,22 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
   std::vector<u64> contexts = parse_count_list(contexts_text, "--context");
   std::vector<u64> batches = parse_batches(args.batches);
   u64 query = parse_count(args.query, "--query");
+  if (phase == Phase::prefill && query != 1) {
+    throw InputError("--query is decode's tokens per step (extend: the chunk); a prefill step "
+                     "takes the whole prompt, --prompt or --context");
+  }
   std::vector<MlaMode> modes;
   for (const auto& m : args.mla) {
     modes.push_back(parse_mla_mode(m));
+  }
+  if (args.mla != std::vector<std::string>{"auto"}) {
+    for (const Model& m : models) {
+      if (m.attention.kind != AttentionKind::mla) {
+        diagnostics.warnings.push_back("--mla applies to MLA models; " + m.name + " is " +
+                                       std::string(attention_kind_name(m.attention.kind)) +
+                                       ", whose rows do not change with it");
+      }
+    }
   }
   NaiveKv naive_kv = args.naive_kv == "materialized" ? NaiveKv::materialized : NaiveKv::fused;
   if (args.naive_kv != "fused" && args.naive_kv != "materialized") {
