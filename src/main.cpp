@@ -18,9 +18,13 @@ int after_output(int code) {
   if (std::cout) {
     return code;
   }
+  // errno says why when this flush failed; a stream that failed earlier, part-way through a
+  // long report, no longer knows.
   const int reason = errno;
   std::cerr << "kvcalc: error: cannot write to standard output"
-            << (reason != 0 ? std::string(": ") + std::strerror(reason) : std::string()) << '\n';
+            << (reason != 0 ? std::string(": ") + std::strerror(reason)
+                            : std::string(" (it stopped taking the report part-way)"))
+            << '\n';
   return static_cast<int>(kvcalc::ExitCode::error);
 }
 

@@ -211,7 +211,8 @@ std::optional<double> MapReader::device_rate(std::string_view key) const {
   if (value && *value < k_min_device_rate) {
     fail(key, "'" + path_of(key) + "' = " + *text(key) +
                   " is not a device's rate: the unit is per second (bytes or FLOP), so an H200 "
-                  "reads 4.8e12 B/s and computes 989e12 bf16 FLOP/s; kvcalc takes at least 1e6");
+                  "reads 4.8e12 B/s and computes 989e12 bf16 FLOP/s; kvcalc takes at least 1e6 "
+                  "(leave a dtype the device lacks out)");
   }
   return value;
 }

@@ -158,9 +158,9 @@ GpuCatalog::GpuCatalog(const std::string& extra_file) : m_gpus(builtin_gpus()) {
                       std::any_of(b.aliases.begin(), b.aliases.end(),
                                   [&](const std::string& a) { return iequals(a, alias); }));
         if (taken) {
-          throw InputError(
-              extra_file + ": alias '" + alias + "' of " + g.name + " already names the bundled " +
-              b.name + "; choose another alias, or name your entry " + b.name + " to replace it");
+          throw InputError(extra_file + ": alias '" + alias + "' of " + g.name + " already names " +
+                           b.name + "; choose another alias, or name your entry " + b.name +
+                           " to replace it");
         }
       }
     }

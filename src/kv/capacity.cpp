@@ -311,11 +311,7 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
   if (p.ep > p.gpus) {
     throw InputError("--ep " + g(p.ep) + " exceeds the " + g(p.gpus) + " GPUs");
   }
-  if (m.moe && m.moe->routed_experts % p.ep != 0) {
-    throw InputError("--ep " + g(p.ep) + " does not divide " + m.name + "'s " +
-                     g(m.moe->routed_experts) +
-                     " routed experts; engines give every expert shard the same count");
-  }
+
   r.parallel = p;
   r.replicas = p.gpus / copy;
   u64 attention_tp = p.dp_attention ? 1 : p.tp;
@@ -399,12 +395,13 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
 
   // The pool per GPU.
   if (es.non_kv_bytes && *es.non_kv_bytes < weights.per_gpu) {
-    throw InputError("the non-KV memory given (--non-kv-memory, a plan's non_kv_memory), " +
-                     g(*es.non_kv_bytes) + " B, is less than the weights alone on one GPU (" +
-                     g(weights.per_gpu) +
-                     " B): it is all the memory besides the KV cache, weights included; to give "
-                     "only what comes on top of the weights (activations, runtime), use --reserve "
-                     "(reserve)");
+    // A warning, not an error: an engine's log of another rank, or of a checkpoint quantized
+    // differently, may come in under kvcalc's weights of the busiest GPU.
+    r.notes.push_back("the non-KV memory given (--non-kv-memory, a plan's non_kv_memory), " +
+                      g(*es.non_kv_bytes) + " B, is less than kvcalc's weights on one GPU (" +
+                      g(weights.per_gpu) +
+                      " B): it is all the memory besides the KV cache, weights included; to "
+                      "give only what comes on top of the weights, use --reserve (reserve)");
   }
   u64 non_kv = es.non_kv_bytes.value_or(checked_add(weights.per_gpu, reserve));
   auto signed_pool = [](u64 budget, u64 used) {
