@@ -275,12 +275,12 @@ Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
         e.footprint.bytes_per_token == 0) {
       continue;
     }
-    const std::string layer_factor =
-        factor(e.footprint.bytes_per_token_per_layer, base.footprint.bytes_per_token_per_layer);
-    t.notes.push_back(
-        e.model.name + " stores " + layer_factor + (layer_factor == "as much" ? " as " : " than ") +
-        base.model.name + " per layer, " +
-        factor(e.footprint.bytes_per_token, base.footprint.bytes_per_token) + " per token");
+    const u64 layer = e.footprint.bytes_per_token_per_layer;
+    const u64 base_layer = base.footprint.bytes_per_token_per_layer;
+    t.notes.push_back(e.model.name + " stores " + factor(layer, base_layer) +
+                      (layer == base_layer ? " as " : " than ") + base.model.name + " per layer, " +
+                      factor(e.footprint.bytes_per_token, base.footprint.bytes_per_token) +
+                      " per token");
   }
   return t;
 }

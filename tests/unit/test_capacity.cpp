@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/model/loader.hpp>
@@ -182,6 +184,12 @@ TEST_CASE("tensor parallelism splits a linear layer's state as it splits heads",
     u64 kv_heads = 2 / std::min<u64>(tp, 2); // one per rank from tp 2, replicated past it
     u64 kv = 12 * kv_heads * 256 * 2 * 2 * 4096;
     CHECK(r.contexts[0].bytes_per_sequence == state + kv);
+    if (tp == 4) {
+      CHECK(std::find(r.derivation.begin(), r.derivation.end(),
+                      "linear state per sequence on one GPU: 36 linear layers × 137,216 elements "
+                      "(548,864 over tp 4) × 16 bit = 9,879,552 B, whatever the context") !=
+            r.derivation.end());
+    }
   }
 }
 
