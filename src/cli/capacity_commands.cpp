@@ -250,14 +250,9 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
   std::vector<CapacityRequest> requests =
       capacity_requests(models, args.cache, args.deployment, devices, contexts, at);
   std::vector<CapacityResult> results;
-  std::vector<const Model*> result_models;
-  for (const auto& req : requests) {
+  for (auto& req : requests) {
+    req.explain = args.explain;
     results.push_back(compute_capacity(req));
-    for (const auto& m : models) {
-      if (m.name == req.model.name) {
-        result_models.push_back(&m);
-      }
-    }
     for (const auto& note : results.back().notes) {
       diagnostics.warnings.push_back(req.model.name + " on " + req.gpu.name + ": " + note);
     }
@@ -290,7 +285,7 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
   std::set<std::string> unmodelled; // models the roofline cannot time, said once each
   for (std::size_t i = 0; i < results.size(); ++i) {
     const CapacityResult& c = results[i];
-    const Model& m = *result_models[i];
+    const Model& m = requests[i].model;
     // With measured ceilings: one decode step with every sequence that fits running, each at
     // this context (docs/formulas.md, "Roofline"); the deployment's tokens/s over all replicas.
     struct FullLoad {
@@ -347,6 +342,20 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
       s["block_size"] = c.block_size ? Json(c.block_size) : Json();
       s["num_blocks"] = c.num_blocks ? Json(c.num_blocks) : Json();
       s["max_batched_tokens"] = c.max_batched_tokens;
+      s["engine_rules"] = c.engine_rules;
+      Json pool = Json::array();
+      for (const PoolGroup& g : c.pool_groups) {
+        Json gj = Json::object();
+        gj["kind"] = g.kind;
+        gj["layers"] = g.layers;
+        gj["groups"] = g.groups;
+        gj["block_size"] = g.block_size ? Json(g.block_size) : Json();
+        gj["page_bytes"] = g.page_bytes;
+        gj["capacity"] = g.capacity ? Json(g.capacity) : Json();
+        pool.push_back(std::move(gj));
+      }
+      s["pool_groups"] = std::move(pool);
+      s["state_slots"] = c.state_slots ? Json(c.state_slots) : Json();
       s["fits"] = c.fits;
       s["reason"] = c.fits ? Json() : Json(c.reason);
       if (at_context) {
@@ -374,7 +383,7 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
       }
       if (args.explain) {
         Json lines = Json::array();
-        for (const auto& line : c.derivation) {
+        for (const auto& line : render_derivation(c.derivation)) {
           lines.push_back(line);
         }
         s["derivation"] = std::move(lines);
@@ -435,7 +444,8 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
       r.text_after.emplace_back();
       r.text_after.push_back(m.name + " on " + c.gpu + ", tp " + group_digits(c.parallel.tp) +
                              ", " + std::string(engine_name(c.engine)) + ":");
-      r.text_after.insert(r.text_after.end(), c.derivation.begin(), c.derivation.end());
+      std::vector<std::string> lines = render_derivation(c.derivation);
+      r.text_after.insert(r.text_after.end(), lines.begin(), lines.end());
     }
   }
   for (const auto& line : logs) {

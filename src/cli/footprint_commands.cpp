@@ -32,10 +32,16 @@ CacheRequest cache_request(const CacheOptions& o) {
 namespace {
 
 std::string attention_detail(const Model& m) {
+  if (!has_attention(m)) {
+    return "ssm " + std::string(k_state_kinds.name(m.state->kind));
+  }
   const Attention& a = m.attention;
   std::string kind(attention_kind_name(a.kind));
   if (a.kind == AttentionKind::gqa) {
     kind += "-" + std::to_string(a.kv_heads);
+  }
+  if (m.indexer) {
+    kind += " dsa";
   }
   if (attention_label(m) == "hybrid") {
     return "hybrid " + kind;
@@ -71,12 +77,31 @@ Json model_json(const Entry& e) {
   j["state_bytes_per_sequence"] = f.state_bytes_per_sequence;
   Json groups = Json::array();
   for (const auto& g : f.groups) {
+    const CacheSpec& spec = g.spec;
+    bool windowed = spec.kind == CacheKind::sliding || spec.kind == CacheKind::chunked;
     Json gj = Json::object();
-    gj["type"] = std::string(layer_type_name(g.type));
+    gj["type"] = g.name;
     gj["layers"] = g.layers;
-    gj["window"] = g.type == LayerType::sliding ? Json(g.window) : Json();
-    gj["kv_bytes_per_token_per_layer"] = g.bytes_per_token_per_layer;
-    gj["state_bytes_per_layer"] = g.state_bytes_per_layer;
+    gj["window"] = windowed ? Json(spec.window) : Json();
+    gj["kv_bytes_per_token_per_layer"] = spec.bytes_per_token;
+    gj["state_bytes_per_layer"] = spec.state_bytes;
+    if (spec.kind == CacheKind::state) {
+      gj["state_kind"] = std::string(k_state_kinds.name(spec.state_kind));
+      Json tensors = Json::array();
+      for (const auto& t : spec.state) {
+        Json tj = Json::object();
+        tj["name"] = t.name;
+        Json shape = Json::array();
+        for (u64 axis : t.shape) {
+          shape.push_back(axis);
+        }
+        tj["shape"] = std::move(shape);
+        tj["dtype"] = std::string(dtype_name(t.dtype));
+        tj["bytes"] = t.bytes();
+        tensors.push_back(std::move(tj));
+      }
+      gj["state"] = std::move(tensors);
+    }
     groups.push_back(std::move(gj));
   }
   j["layer_groups"] = std::move(groups);
@@ -103,40 +128,40 @@ void footprint_tables(const Entry& e, std::vector<Table>& tables) {
   Table layers;
   layers.title = m.display_name + " (" + m.name + "): " + attention_detail(m) + ", " +
                  group_digits(m.layers) + " layers, KV cache " + describe(f.format);
-  bool sliding = false;
-  bool linear = false;
+  bool windowed = false;
+  bool state = false;
   for (const auto& g : f.groups) {
-    sliding = sliding || g.type == LayerType::sliding;
-    linear = linear || g.type == LayerType::linear;
+    windowed = windowed || g.spec.window > 0;
+    state = state || g.spec.kind == CacheKind::state;
   }
   layers.columns = {{"layers", "layer_type"}, {"count", "layers"}};
-  if (sliding) {
+  if (windowed) {
     layers.columns.push_back({"window", "window_tokens"});
   }
   layers.columns.push_back({"KV/token/layer", "kv_bytes_per_token_per_layer"});
   layers.columns.push_back({"KV/token", "kv_bytes_per_token"});
-  if (linear) {
+  if (state) {
     layers.columns.push_back({"state/sequence", "state_bytes_per_sequence"});
   }
-  auto add_row = [&](Cell type, u64 count, Cell window, Cell rate, Cell per_token, Cell state) {
+  auto add_row = [&](Cell type, u64 count, Cell window, Cell rate, Cell per_token, Cell held) {
     std::vector<Cell> row{std::move(type), Cell::count(count)};
-    if (sliding) {
+    if (windowed) {
       row.push_back(std::move(window));
     }
     row.push_back(std::move(rate));
     row.push_back(std::move(per_token));
-    if (linear) {
-      row.push_back(std::move(state));
+    if (state) {
+      row.push_back(std::move(held));
     }
     layers.rows.push_back(std::move(row));
   };
   for (const auto& g : f.groups) {
-    bool is_linear = g.type == LayerType::linear;
-    add_row(Cell::text(std::string(layer_type_name(g.type))), g.layers,
-            g.type == LayerType::sliding ? Cell::count(g.window) : Cell::empty(),
-            is_linear ? Cell::empty() : Cell::bytes_exact(g.bytes_per_token_per_layer),
-            is_linear ? Cell::empty() : Cell::bytes_exact(g.bytes_per_token_per_layer * g.layers),
-            is_linear ? Cell::bytes_exact(g.state_bytes_per_layer * g.layers) : Cell::empty());
+    bool is_state = g.spec.kind == CacheKind::state;
+    add_row(Cell::text(g.name), g.layers,
+            g.spec.window > 0 ? Cell::count(g.spec.window) : Cell::empty(),
+            is_state ? Cell::empty() : Cell::bytes_exact(g.spec.bytes_per_token),
+            is_state ? Cell::empty() : Cell::bytes_exact(g.spec.bytes_per_token * g.layers),
+            is_state ? Cell::bytes_exact(g.spec.state_bytes * g.layers) : Cell::empty());
   }
   if (f.groups.size() > 1) {
     add_row(Cell::text("total"), m.layers, Cell::empty(), Cell::empty(),
@@ -291,6 +316,7 @@ int run_footprint(const FootprintArgs& args, bool compare, std::ostream& out, st
   FootprintOptions options;
   options.cache = cache_request(args.cache);
   options.contexts = parse_count_list(args.contexts, "--context");
+  options.explain = args.explain;
   if (!args.cache.block_size.empty()) {
     options.block_size = parse_count(args.cache.block_size, "--block-size");
   }
@@ -386,9 +412,10 @@ int run_footprint(const FootprintArgs& args, bool compare, std::ostream& out, st
       cj["contexts"] = std::move(contexts);
       mj["capacity"] = std::move(cj);
     }
+    std::vector<std::string> derivation = render_derivation(e.footprint.derivation);
     if (args.explain) {
       Json lines = Json::array();
-      for (const auto& line : e.footprint.derivation) {
+      for (const auto& line : derivation) {
         lines.push_back(line);
       }
       mj["derivation"] = std::move(lines);
@@ -399,8 +426,7 @@ int run_footprint(const FootprintArgs& args, bool compare, std::ostream& out, st
     }
     if (args.explain) {
       r.text_after.emplace_back();
-      r.text_after.insert(r.text_after.end(), e.footprint.derivation.begin(),
-                          e.footprint.derivation.end());
+      r.text_after.insert(r.text_after.end(), derivation.begin(), derivation.end());
     }
   }
   r.json["models"] = std::move(models);

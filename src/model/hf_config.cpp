@@ -186,7 +186,7 @@ LayerType layer_type_from_hf(const std::string& word, const MapReader& scope) {
     return LayerType::sliding;
   }
   if (word == "linear_attention" || word == "mamba") {
-    return LayerType::linear;
+    return LayerType::state;
   }
   scope.fail("layer_types", "layer type '" + word +
                                 "' is not one kvcalc models (full_attention, sliding_attention, "
@@ -223,7 +223,7 @@ void read_layer_types(const ConfigView& c, Model& m, Diagnostics& diag) {
                        "full_attention_interval must be at least 1");
     }
     m.layer_types =
-        expand_layer_pattern("linear*" + std::to_string(*interval - 1) + ", full", m.layers);
+        expand_layer_pattern("state*" + std::to_string(*interval - 1) + ", full", m.layers);
     if (*interval == 1) {
       m.layer_types.assign(m.layers, LayerType::full);
     }
@@ -280,29 +280,29 @@ void read_layer_types(const ConfigView& c, Model& m, Diagnostics& diag) {
 }
 
 void read_linear_state(const ConfigView& c, Model& m) {
-  if (std::find(m.layer_types.begin(), m.layer_types.end(), LayerType::linear) ==
-      m.layer_types.end()) {
+  if (count_layers(m, LayerType::state) == 0) {
     return;
   }
-  auto key_heads = c.count({"linear_num_key_heads"}, "linear_state");
-  auto value_heads = c.count({"linear_num_value_heads"}, "linear_state");
-  auto key_dim = c.count({"linear_key_head_dim"}, "linear_state");
-  auto value_dim = c.count({"linear_value_head_dim"}, "linear_state");
-  auto kernel = c.count({"linear_conv_kernel_dim"}, "linear_state");
+  auto key_heads = c.count({"linear_num_key_heads"}, "state.key_heads");
+  auto value_heads = c.count({"linear_num_value_heads"}, "state.heads");
+  auto key_dim = c.count({"linear_key_head_dim"}, "state.key_head_dim");
+  auto value_dim = c.count({"linear_value_head_dim"}, "state.head_dim");
+  auto kernel = c.count({"linear_conv_kernel_dim"}, "state.conv_kernel");
   if (!key_heads || !value_heads || !key_dim || !value_dim || !kernel || *kernel == 0) {
     throw InputError(SourceLocation{c.scopes().front().locations()->file(), 1, 1},
                      "config has linear-attention layers but not the linear_num_key_heads, "
                      "linear_num_value_heads, linear_key_head_dim, linear_value_head_dim and "
                      "linear_conv_kernel_dim that size their state; write a kvcalc YAML with "
-                     "linear_state (docs/model-format.md)");
+                     "state (docs/model-format.md)");
   }
-  // Gated DeltaNet: recurrent state H_v × d_k × d_v, plus the causal-conv tail
-  // (2·H_k·d_k + H_v·d_v) × (kernel − 1) (docs/formulas.md, "Linear-attention state").
-  u64 recurrent = checked_mul(checked_mul(*value_heads, *key_dim), *value_dim);
-  u64 conv_width = checked_add(checked_mul(2, checked_mul(*key_heads, *key_dim)),
-                               checked_mul(*value_heads, *value_dim));
-  m.linear_state =
-      LinearState{checked_add(recurrent, checked_mul(conv_width, *kernel - 1)), m.dtype};
+  StateSpec s;
+  s.kind = StateKind::gated_deltanet;
+  s.key_heads = *key_heads;
+  s.heads = *value_heads;
+  s.key_head_dim = *key_dim;
+  s.head_dim = *value_dim;
+  s.conv_kernel = *kernel;
+  m.state = s;
 }
 
 /// The terms that only the parameter count sees: biases, norms, sinks, position tables.
@@ -366,6 +366,15 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   ConfigView c(scopes, locations, model_type, file);
 
   Model m;
+  for (const auto& scope : c.scopes()) {
+    if (!scope.has("architectures")) {
+      continue;
+    }
+    if (YAML::Node arch = scope.node("architectures");
+        arch.IsSequence() && arch.size() > 0 && arch[0].IsScalar()) {
+      m.architecture = arch[0].Scalar();
+    }
+  }
   m.display_name = display_name_for(c, file);
   m.name = registry_name(m.display_name);
   m.source = file;
@@ -534,11 +543,7 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
 
   read_layer_types(c, m, diag);
   read_linear_state(c, m);
-  if (m.linear_state) {
-    diag.warnings.push_back("linear-attention state (" + group_digits(m.linear_state->elements) +
-                            " elements per layer) stored in " +
-                            std::string(dtype_name(m.linear_state->dtype)) + ", the model dtype");
-  }
+  m.ffn_types = ffn_types_of(std::nullopt, m.layers, m.moe);
   m.mtp_layers = c.count({"num_nextn_predict_layers"}, "mtp_layers").value_or(0);
 
   validate_model(m, locations->locator());

@@ -2,6 +2,8 @@
 
 #include <kvcalc/model/loader.hpp>
 
+#include <algorithm>
+#include <ostream>
 #include <sstream>
 
 #include <kvcalc/core/spell.hpp>
@@ -52,8 +54,8 @@ E read_choice(const MapReader& r, std::string_view key,
 
 Attention read_attention(const MapReader& r, u64 hidden_size) {
   r.allow_only({"kind", "heads", "kv_heads", "head_dim", "v_head_dim", "q_lora_rank",
-                "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "bias", "qk_norm",
-                "sinks"});
+                "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "bias", "qk_norm", "sinks",
+                "output_gate"});
   Attention a;
   a.kind = read_choice<AttentionKind>(r, "kind",
                                       {{"mha", AttentionKind::mha},
@@ -68,6 +70,7 @@ Attention read_attention(const MapReader& r, u64 hidden_size) {
       AttentionBias::none);
   a.qk_norm = r.flag("qk_norm").value_or(false);
   a.sinks = r.flag("sinks").value_or(false);
+  a.output_gate = r.flag("output_gate").value_or(false);
   if (a.kind == AttentionKind::mla) {
     for (std::string_view key : {"kv_heads", "head_dim"}) {
       if (r.has(key)) {
@@ -118,38 +121,109 @@ Attention read_attention(const MapReader& r, u64 hidden_size) {
   return a;
 }
 
-std::vector<LayerType> read_layer_pattern(const MapReader& r, u64 layers, bool has_window) {
-  if (!r.has("layer_pattern")) {
-    return expand_layer_pattern(has_window ? "sliding" : "full", layers);
-  }
-  YAML::Node node = r.node("layer_pattern");
+/// A pattern key as a string (a cycle) or a list (one entry per layer), joined into the string
+/// form that `expand` reads.
+template <class Expand>
+auto read_pattern(const MapReader& r, std::string_view key, u64 layers, Expand expand) {
+  YAML::Node node = r.node(key);
   if (node.IsSequence()) {
     std::string joined;
     for (const auto& item : node) {
       if (!item.IsScalar()) {
         throw InputError(detail::location_of(item, r.locations()->file()),
-                         "layer_pattern entries must be full, sliding or linear");
+                         std::string(key) + " entries must be type names");
       }
       joined += (joined.empty() ? "" : ",") + item.Scalar();
     }
     if (node.size() != layers) {
-      r.fail("layer_pattern", "layer_pattern lists " + std::to_string(node.size()) +
-                                  " layers but the model has " + std::to_string(layers) +
-                                  "; give one entry per layer, or a cycle as a string such as "
-                                  "'sliding*5, full'");
+      r.fail(key, std::string(key) + " lists " + std::to_string(node.size()) +
+                      " layers but the model has " + std::to_string(layers) +
+                      "; give one entry per layer, or a cycle as a string such as "
+                      "'sliding*5, full'");
     }
     try {
-      return expand_layer_pattern(joined, layers);
+      return expand(joined, layers);
     } catch (const InputError& e) {
-      r.fail("layer_pattern", e.what());
+      r.fail(key, e.what());
     }
   }
-  std::string pattern = *r.text("layer_pattern");
+  std::string pattern = r.required_text(key, "a pattern");
   try {
-    return expand_layer_pattern(pattern, layers);
+    return expand(pattern, layers);
   } catch (const InputError& e) {
-    r.fail("layer_pattern", e.what());
+    r.fail(key, e.what());
   }
+}
+
+/// `sliding_attention`: the sliding layers' heads and widths, each defaulting to `attention`'s.
+Attention read_sliding_attention(const MapReader& r, const Attention& main) {
+  r.allow_only({"heads", "kv_heads", "head_dim", "v_head_dim"});
+  if (main.kind == AttentionKind::mla) {
+    r.fail("heads", "sliding_attention overrides per-head K and V widths; it does not apply "
+                    "when attention is kind mla");
+  }
+  Attention a = main;
+  a.heads = r.count("heads").value_or(main.heads);
+  a.kv_heads = r.count("kv_heads").value_or(main.kv_heads);
+  a.head_dim = r.count("head_dim").value_or(main.head_dim);
+  a.v_head_dim = r.count("v_head_dim").value_or(r.has("head_dim") ? a.head_dim : main.v_head_dim);
+  a.kind = a.kv_heads == a.heads ? AttentionKind::mha
+           : a.kv_heads == 1     ? AttentionKind::mqa
+                                 : AttentionKind::gqa;
+  return a;
+}
+
+StateSpec read_state(const MapReader& r, DType model_dtype) {
+  r.allow_only({"kind", "heads", "head_dim", "key_heads", "key_head_dim", "inner", "groups",
+                "state_size", "conv_kernel", "elements", "conv_dtype", "ssm_dtype"});
+  StateSpec s;
+  s.kind = r.parsed("kind", [](const std::string& t) { return k_state_kinds.parse(t); });
+  s.heads = r.count("heads").value_or(0);
+  s.head_dim = r.count("head_dim").value_or(0);
+  s.key_heads = r.count("key_heads").value_or(0);
+  s.key_head_dim = r.count("key_head_dim").value_or(0);
+  s.inner = r.count("inner").value_or(0);
+  s.groups = r.count("groups").value_or(0);
+  s.state_size = r.count("state_size").value_or(0);
+  s.conv_kernel = r.count("conv_kernel").value_or(0);
+  s.elements = r.count("elements").value_or(0);
+  if (r.has("conv_dtype")) {
+    s.conv_dtype = located_dtype(r, "conv_dtype", model_dtype);
+  }
+  if (r.has("ssm_dtype")) {
+    s.ssm_dtype = located_dtype(r, "ssm_dtype", model_dtype);
+  }
+  // Sizes another kind reads are errors here, so a typo in `kind` cannot hide behind defaults.
+  auto used = [&](std::string_view key) {
+    switch (s.kind) {
+    case StateKind::mamba1:
+      return key == "inner" || key == "state_size" || key == "conv_kernel";
+    case StateKind::mamba2:
+      return key == "inner" || key == "heads" || key == "head_dim" || key == "groups" ||
+             key == "state_size" || key == "conv_kernel";
+    case StateKind::gated_deltanet:
+      return key == "heads" || key == "head_dim" || key == "key_heads" || key == "key_head_dim" ||
+             key == "conv_kernel";
+    case StateKind::kda:
+      return key == "heads" || key == "head_dim" || key == "conv_kernel";
+    case StateKind::lightning:
+      return key == "heads" || key == "head_dim";
+    case StateKind::custom:
+      return key == "elements";
+    }
+    return false;
+  };
+  for (std::string_view key : {"heads", "head_dim", "key_heads", "key_head_dim", "inner", "groups",
+                               "state_size", "conv_kernel", "elements"}) {
+    if (r.has(key) && !used(key)) {
+      r.fail(key, "'" + std::string(key) + "' does not apply to state kind " +
+                      std::string(k_state_kinds.name(s.kind)) + " (docs/model-format.md, state)");
+    }
+  }
+  if (s.kind == StateKind::lightning && r.has("conv_dtype")) {
+    r.fail("conv_dtype", "state kind lightning has no convolution");
+  }
+  return s;
 }
 
 } // namespace
@@ -165,6 +239,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
                 "display_name",
                 "aliases",
                 "source",
+                "architecture",
                 "dtype",
                 "weight_dtype",
                 "layers",
@@ -176,7 +251,13 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
                 "mlp",
                 "moe",
                 "sliding_window",
+                "attention_chunk",
                 "layer_pattern",
+                "ffn_pattern",
+                "sliding_attention",
+                "state",
+                "indexer",
+                "kv_shared_layers",
                 "linear_state",
                 "mtp_layers",
                 "params",
@@ -188,6 +269,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   m.name = r.required_text("name", "the registry key, e.g. llama-3.1-8b");
   m.display_name = r.text("display_name").value_or(m.name);
   m.source = r.required_text("source", "where the numbers come from: a URL or a paper");
+  m.architecture = r.text("architecture").value_or("");
   if (r.has("aliases")) {
     YAML::Node aliases = r.node("aliases");
     if (!aliases.IsSequence()) {
@@ -211,7 +293,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
     r.fail("layers", e.what());
   }
   m.hidden_size = r.required_count("hidden_size", "the model width");
-  m.vocab_size = r.required_count("vocab_size", "the vocabulary size");
+  m.vocab_size = r.count("vocab_size").value_or(0);
   m.max_context = r.count("max_context").value_or(0);
   m.tie_word_embeddings = r.flag("tie_word_embeddings").value_or(false);
   m.learned_position_embeddings = r.flag("learned_position_embeddings").value_or(false);
@@ -222,13 +304,6 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   m.norm = read_choice<NormKind>(r, "norm", {{"rms", NormKind::rms}, {"layer", NormKind::layer}},
                                  NormKind::rms);
   m.norms_per_layer = r.count("norms_per_layer").value_or(2);
-
-  auto attention = r.map("attention");
-  if (!attention) {
-    throw InputError(detail::location_of(root, file),
-                     "missing required key 'attention' (a map with kind, heads, ...)");
-  }
-  m.attention = read_attention(*attention, m.hidden_size);
 
   if (auto mlp = r.map("mlp")) {
     mlp->allow_only({"kind", "intermediate_size", "bias"});
@@ -254,18 +329,46 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
     e.router_bias = moe->flag("router_bias").value_or(false);
     m.moe = e;
   }
+  if (r.has("linear_state")) {
+    r.fail("linear_state", "'linear_state' is now 'state' with a kind: 'state: {kind: custom, "
+                           "elements: N}', or the mixer's own shape (docs/model-format.md)");
+  }
   m.sliding_window = r.count("sliding_window").value_or(0);
   if (r.has("sliding_window") && m.sliding_window == 0) {
     r.fail("sliding_window", "'sliding_window' must be at least 1 token");
   }
-  m.layer_types = read_layer_pattern(r, m.layers, m.sliding_window != 0);
-  if (auto state = r.map("linear_state")) {
-    state->allow_only({"elements", "dtype"});
-    LinearState s;
-    s.elements = state->required_count("elements", "state elements per layer per sequence");
-    s.dtype = located_dtype(*state, "dtype", m.dtype);
-    m.linear_state = s;
+  m.attention_chunk = r.count("attention_chunk").value_or(0);
+  if (r.has("attention_chunk") && m.attention_chunk == 0) {
+    r.fail("attention_chunk", "'attention_chunk' must be at least 1 token");
   }
+  m.layer_types = r.has("layer_pattern")
+                      ? read_pattern(r, "layer_pattern", m.layers, expand_layer_pattern)
+                      : std::vector<LayerType>(m.layers, m.sliding_window != 0 ? LayerType::sliding
+                                                                               : LayerType::full);
+  if (auto attention = r.map("attention")) {
+    m.attention = read_attention(*attention, m.hidden_size);
+  } else if (has_attention(m)) {
+    throw InputError(detail::location_of(root, file),
+                     "missing required key 'attention' (a map with kind, heads, ...)");
+  }
+  if (auto sliding = r.map("sliding_attention")) {
+    m.sliding_attention = read_sliding_attention(*sliding, m.attention);
+  }
+  if (auto state = r.map("state")) {
+    m.state = read_state(*state, m.dtype);
+  }
+  if (auto indexer = r.map("indexer")) {
+    indexer->allow_only({"heads", "head_dim", "topk"});
+    m.indexer = Indexer{indexer->required_count("heads", "indexer query heads (index_n_heads)"),
+                        indexer->required_count("head_dim", "the indexer key width"),
+                        indexer->required_count("topk", "tokens each query attends to")};
+  }
+  m.ffn_types =
+      r.has("ffn_pattern")
+          ? read_pattern(r, "ffn_pattern", m.layers,
+                         [&](std::string_view p, u64 n) { return ffn_types_of(p, n, m.moe); })
+          : ffn_types_of(std::nullopt, m.layers, m.moe);
+  m.kv_shared_layers = r.count("kv_shared_layers").value_or(0);
   m.mtp_layers = r.count("mtp_layers").value_or(0);
   m.params = r.count("params");
 
@@ -296,44 +399,41 @@ std::string quoted(std::string_view s) {
   return out + "\"";
 }
 
-} // namespace
+template <class E, std::size_t N>
+void write_list(std::ostream& y, std::string_view key, const std::vector<E>& types,
+                const NameTable<E, N>& table) {
+  y << key << ": [";
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    y << (i ? ", " : "") << table.name(types[i]);
+  }
+  y << "]\n";
+}
 
-std::string model_to_yaml(const Model& m) {
-  std::ostringstream y;
-  y << "name: " << m.name << "\n";
-  y << "display_name: " << quoted(m.display_name) << "\n";
-  if (!m.aliases.empty()) {
-    y << "aliases: [";
-    for (std::size_t i = 0; i < m.aliases.size(); ++i) {
-      y << (i ? ", " : "") << quoted(m.aliases[i]);
+void write_state(std::ostream& y, const StateSpec& s) {
+  y << "state:\n  kind: " << k_state_kinds.name(s.kind) << "\n";
+  auto size = [&](std::string_view key, u64 value) {
+    if (value) {
+      y << "  " << key << ": " << value << "\n";
     }
-    y << "]\n";
+  };
+  size("heads", s.heads);
+  size("head_dim", s.head_dim);
+  size("key_heads", s.key_heads);
+  size("key_head_dim", s.key_head_dim);
+  size("inner", s.inner);
+  size("groups", s.groups);
+  size("state_size", s.state_size);
+  size("conv_kernel", s.conv_kernel);
+  size("elements", s.elements);
+  if (s.conv_dtype) {
+    y << "  conv_dtype: " << dtype_name(*s.conv_dtype) << "\n";
   }
-  y << "source: " << quoted(m.source) << "\n";
-  y << "dtype: " << dtype_name(m.dtype) << "\n";
-  if (m.weight_dtype) {
-    y << "weight_dtype: " << dtype_name(*m.weight_dtype) << "\n";
-    if (m.quantized_weights == QuantizedWeights::experts) {
-      y << "quantized_weights: experts\n";
-    }
+  if (s.ssm_dtype) {
+    y << "  ssm_dtype: " << dtype_name(*s.ssm_dtype) << "\n";
   }
-  y << "layers: " << m.layers << "\n";
-  y << "hidden_size: " << m.hidden_size << "\n";
-  y << "vocab_size: " << m.vocab_size << "\n";
-  if (m.max_context) {
-    y << "max_context: " << m.max_context << "\n";
-  }
-  y << "tie_word_embeddings: " << (m.tie_word_embeddings ? "true" : "false") << "\n";
-  if (m.learned_position_embeddings) {
-    y << "learned_position_embeddings: true\n";
-  }
-  if (m.norm == NormKind::layer) {
-    y << "norm: layer\n";
-  }
-  if (m.norms_per_layer != 2) {
-    y << "norms_per_layer: " << m.norms_per_layer << "\n";
-  }
-  const Attention& a = m.attention;
+}
+
+void write_attention(std::ostream& y, const Attention& a) {
   y << "attention:\n  kind: " << attention_kind_name(a.kind) << "\n  heads: " << a.heads << "\n";
   if (a.kind == AttentionKind::mla) {
     if (a.mla.q_lora_rank) {
@@ -360,7 +460,64 @@ std::string model_to_yaml(const Model& m) {
   if (a.sinks) {
     y << "  sinks: true\n";
   }
-  if (m.mlp.intermediate_size || !m.moe || m.mlp.bias) {
+  if (a.output_gate) {
+    y << "  output_gate: true\n";
+  }
+}
+
+} // namespace
+
+std::string model_to_yaml(const Model& m) {
+  std::ostringstream y;
+  y << "name: " << m.name << "\n";
+  y << "display_name: " << quoted(m.display_name) << "\n";
+  if (!m.aliases.empty()) {
+    y << "aliases: [";
+    for (std::size_t i = 0; i < m.aliases.size(); ++i) {
+      y << (i ? ", " : "") << quoted(m.aliases[i]);
+    }
+    y << "]\n";
+  }
+  y << "source: " << quoted(m.source) << "\n";
+  if (!m.architecture.empty()) {
+    y << "architecture: " << quoted(m.architecture) << "\n";
+  }
+  y << "dtype: " << dtype_name(m.dtype) << "\n";
+  if (m.weight_dtype) {
+    y << "weight_dtype: " << dtype_name(*m.weight_dtype) << "\n";
+    if (m.quantized_weights == QuantizedWeights::experts) {
+      y << "quantized_weights: experts\n";
+    }
+  }
+  y << "layers: " << m.layers << "\n";
+  y << "hidden_size: " << m.hidden_size << "\n";
+  if (m.vocab_size) {
+    y << "vocab_size: " << m.vocab_size << "\n";
+  }
+  if (m.max_context) {
+    y << "max_context: " << m.max_context << "\n";
+  }
+  y << "tie_word_embeddings: " << (m.tie_word_embeddings ? "true" : "false") << "\n";
+  if (m.learned_position_embeddings) {
+    y << "learned_position_embeddings: true\n";
+  }
+  if (m.norm == NormKind::layer) {
+    y << "norm: layer\n";
+  }
+  if (m.norms_per_layer != 2) {
+    y << "norms_per_layer: " << m.norms_per_layer << "\n";
+  }
+  if (has_attention(m)) {
+    write_attention(y, m.attention);
+  }
+  if (m.sliding_attention) {
+    const Attention& s = *m.sliding_attention;
+    y << "sliding_attention:\n  heads: " << s.heads << "\n  kv_heads: " << s.kv_heads
+      << "\n  head_dim: " << s.head_dim << "\n  v_head_dim: " << s.v_head_dim << "\n";
+  }
+  bool dense =
+      std::find(m.ffn_types.begin(), m.ffn_types.end(), FfnType::dense) != m.ffn_types.end();
+  if (dense || m.mlp.intermediate_size || m.mlp.bias) {
     y << "mlp:\n  kind: " << (m.mlp.kind == MlpKind::gated ? "gated" : "plain")
       << "\n  intermediate_size: " << m.mlp.intermediate_size << "\n";
     if (m.mlp.bias) {
@@ -384,20 +541,32 @@ std::string model_to_yaml(const Model& m) {
   if (m.sliding_window) {
     y << "sliding_window: " << m.sliding_window << "\n";
   }
+  if (m.attention_chunk) {
+    y << "attention_chunk: " << m.attention_chunk << "\n";
+  }
   if (auto pattern = describe_layer_pattern(m.layer_types)) {
     if (!pattern->empty()) {
       y << "layer_pattern: " << quoted(*pattern) << "\n";
     }
   } else {
-    y << "layer_pattern: [";
-    for (std::size_t i = 0; i < m.layer_types.size(); ++i) {
-      y << (i ? ", " : "") << layer_type_name(m.layer_types[i]);
-    }
-    y << "]\n";
+    write_list(y, "layer_pattern", m.layer_types, k_layer_types);
   }
-  if (m.linear_state) {
-    y << "linear_state:\n  elements: " << m.linear_state->elements
-      << "\n  dtype: " << dtype_name(m.linear_state->dtype) << "\n";
+  if (m.ffn_types != ffn_types_of(std::nullopt, m.layers, m.moe)) {
+    if (auto pattern = describe_ffn_pattern(m.ffn_types)) {
+      y << "ffn_pattern: " << quoted(*pattern) << "\n";
+    } else {
+      write_list(y, "ffn_pattern", m.ffn_types, k_ffn_types);
+    }
+  }
+  if (m.state) {
+    write_state(y, *m.state);
+  }
+  if (m.indexer) {
+    y << "indexer:\n  heads: " << m.indexer->heads << "\n  head_dim: " << m.indexer->head_dim
+      << "\n  topk: " << m.indexer->topk << "\n";
+  }
+  if (m.kv_shared_layers) {
+    y << "kv_shared_layers: " << m.kv_shared_layers << "\n";
   }
   if (m.mtp_layers) {
     y << "mtp_layers: " << m.mtp_layers << "\n";

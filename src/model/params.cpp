@@ -34,9 +34,8 @@ public:
     }
   }
 
-  /// Attention of `n` layers.
-  void attention(u64 n) {
-    const Attention& a = m_model.attention;
+  /// Attention of `n` layers with geometry `a`.
+  void attention(u64 n, const Attention& a) {
     u64 h = m_model.hidden_size;
     if (a.kind == AttentionKind::mla) {
       const MlaDims& d = a.mla;
@@ -55,7 +54,7 @@ public:
       linear("attention.o_proj", h, checked_mul(a.heads, d.v_head_dim), n);
       return;
     }
-    u64 q = checked_mul(a.heads, a.head_dim);
+    u64 q = checked_mul(checked_mul(a.heads, a.head_dim), a.output_gate ? 2 : 1);
     u64 k = checked_mul(a.kv_heads, a.head_dim);
     u64 v = checked_mul(a.kv_heads, a.v_head_dim);
     u64 o_in = checked_mul(a.heads, a.v_head_dim);
@@ -108,11 +107,29 @@ public:
     }
   }
 
-  /// Full transformer blocks: `dense` with the dense MLP, `sparse` with MoE.
-  void blocks(u64 dense, u64 sparse) {
-    u64 n = dense + sparse;
-    attention(n);
-    norm("norms", m_model.hidden_size, checked_mul(n, m_model.norms_per_layer));
+  /// DeepSeek sparse attention's lightning indexer on `n` layers: a query up-projection from
+  /// the query latent, a key projection with its LayerNorm, and per-head weights.
+  void indexer(u64 n) {
+    const Indexer& x = *m_model.indexer;
+    u64 h = m_model.hidden_size;
+    u64 q_in = m_model.attention.mla.q_lora_rank ? m_model.attention.mla.q_lora_rank : h;
+    linear("indexer.wq_b", checked_mul(x.heads, x.head_dim), q_in, n);
+    linear("indexer.wk", x.head_dim, h, n);
+    vector("indexer.k_norm", 2 * x.head_dim, n);
+    linear("indexer.weights_proj", x.heads, h, n);
+  }
+
+  /// Blocks: `main` attention layers of the model's attention, `sliding` of the sliding
+  /// layers', `norms` blocks' norms, `dense` dense MLPs, `sparse` MoE layers.
+  void blocks(u64 main, u64 sliding, u64 norms, u64 dense, u64 sparse) {
+    attention(main, m_model.attention);
+    if (sliding > 0) {
+      attention(sliding, attention_of(m_model, LayerType::sliding));
+    }
+    if (m_model.indexer) {
+      indexer(main + sliding);
+    }
+    norm("norms", m_model.hidden_size, checked_mul(norms, m_model.norms_per_layer));
     if (dense > 0) {
       mlp("mlp", m_model.mlp.intermediate_size, dense, TensorPlace::layer);
     }
@@ -133,12 +150,14 @@ private:
 
 ParamCount count_params(const Model& m) {
   ParamCount out;
-  bool has_linear = std::find(m.layer_types.begin(), m.layer_types.end(), LayerType::linear) !=
-                    m.layer_types.end();
-  if (has_linear && !m.params) {
-    throw InputError(m.name + ": the weights of linear-attention layers are not in kvcalc's "
+  if (count_layers(m, LayerType::state) > 0 && !m.params) {
+    throw InputError(m.name + ": the weights of recurrent (state) layers are not in kvcalc's "
                               "parameter formula; set 'params' in the model file "
                               "(docs/model-format.md)");
+  }
+  if (m.vocab_size == 0) {
+    throw InputError(m.name + ": the model file gives no vocab_size, which its weights need; "
+                              "set vocab_size (docs/model-format.md)");
   }
   u64 h = m.hidden_size;
   Builder b(m, out.tensors);
@@ -150,8 +169,11 @@ ParamCount count_params(const Model& m) {
     }
     b.add("embed_positions", m.max_context, h, 1, TensorPlace::embedding, false);
   }
-  u64 dense = m.moe ? m.moe->first_dense_layers : m.layers;
-  b.blocks(dense, m.layers - dense);
+  auto ffn = [&](FfnType t) {
+    return static_cast<u64>(std::count(m.ffn_types.begin(), m.ffn_types.end(), t));
+  };
+  b.blocks(count_layers(m, LayerType::full) + count_layers(m, LayerType::chunked),
+           count_layers(m, LayerType::sliding), m.layers, ffn(FfnType::dense), ffn(FfnType::moe));
   b.add("final_norm", 1, h, 1, TensorPlace::lm_head, false);
   if (m.norm == NormKind::layer) {
     b.add("final_norm.bias", 1, h, 1, TensorPlace::lm_head, false);
@@ -166,9 +188,9 @@ ParamCount count_params(const Model& m) {
     b.vector("mtp.enorm_hnorm", 2 * h, m.mtp_layers);
     b.add("mtp.eh_proj", h, 2 * h, m.mtp_layers, TensorPlace::layer, false);
     if (m.moe) {
-      b.blocks(0, m.mtp_layers);
+      b.blocks(m.mtp_layers, 0, m.mtp_layers, 0, m.mtp_layers);
     } else {
-      b.blocks(m.mtp_layers, 0);
+      b.blocks(m.mtp_layers, 0, m.mtp_layers, m.mtp_layers, 0);
     }
     b.vector("mtp.shared_head.norm", h, m.mtp_layers);
   }

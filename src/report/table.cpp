@@ -255,4 +255,34 @@ std::string render_csv(const Table& t) {
   return out;
 }
 
+std::vector<std::string> render_derivation(const Derivation& derivation) {
+  std::vector<std::string> out;
+  for (const DerivationLine& line : derivation.lines()) {
+    std::string text;
+    for (const Term& t : line) {
+      switch (t.kind) {
+      case Term::Kind::text:
+        text += t.text;
+        break;
+      case Term::Kind::count:
+        text += group_digits(t.count);
+        break;
+      case Term::Kind::bytes:
+        text += group_digits(t.count) + " B";
+        break;
+      case Term::Kind::fraction: {
+        std::string f = std::to_string(t.fraction);
+        while (f.size() > 1 && f.back() == '0') {
+          f.pop_back();
+        }
+        text += f.back() == '.' ? f + "0" : f;
+        break;
+      }
+      }
+    }
+    out.push_back(std::move(text));
+  }
+  return out;
+}
+
 } // namespace kvcalc

@@ -5,7 +5,7 @@
 
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
-#include <kvcalc/kv/footprint.hpp>
+#include <kvcalc/kv/cache_spec.hpp>
 #include <kvcalc/kv/weights.hpp>
 #include <kvcalc/model/params.hpp>
 
@@ -181,38 +181,60 @@ MlaMode resolve_mla_mode(MlaMode requested, Phase phase, u64 s) {
 
 StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
   const Model& m = req.model;
-  const Attention& a = m.attention;
   const Parallelism& par = req.parallel;
-  if (std::find(m.layer_types.begin(), m.layer_types.end(), LayerType::linear) !=
-      m.layer_types.end()) {
-    throw InputError(m.name + ": the roofline does not model linear-attention layers (their "
-                              "projections are not in kvcalc's formulas)");
-  }
   if (par.tp == 0 || par.pp == 0) {
     throw InputError("--tp and --pp must be at least 1");
   }
   u64 ep = par.ep == 0 ? par.tp : par.ep;
   u64 attention_tp = par.dp_attention ? 1 : par.tp;
-  m_mla = a.kind == AttentionKind::mla;
+  m_mla = has_attention(m) && m.attention.kind == AttentionKind::mla;
   m_ep = d(ep);
   m_attention_share = par.dp_attention ? 1.0 / d(par.tp) : 1.0;
 
-  // This GPU: ⌈layers / pp⌉ layers, its share of heads.
-  CacheFormat format = resolve_cache_format(req.cache, m);
+  // This GPU: ⌈layers / pp⌉ layers, its share of heads and states; the cache as it holds it.
+  CacheLayout layout;
+  layout.cache = req.cache;
+  layout.attention_tp = attention_tp;
+  layout.pp = par.pp;
+  std::vector<CacheGroup> groups = cache_groups(m, layout);
   m_stage = ceil_div(m.layers, par.pp);
-  u64 full = 0;
-  u64 sliding = 0;
   for (u64 i = 0; i < m_stage; ++i) {
-    (m.layer_types[i] == LayerType::full ? full : sliding)++;
+    m_mixers += m.layer_types[i] == LayerType::none ? 0 : 1;
+    m_dense += m.ffn_types[i] == FfnType::dense ? 1 : 0;
+    m_moe += m.ffn_types[i] == FfnType::moe ? 1 : 0;
   }
-  m_full = d(full);
-  m_sliding = d(sliding);
-  m_window = d(m.sliding_window);
-  u64 dense_layers = m.moe ? std::min(m.moe->first_dense_layers, m_stage) : m_stage;
-  m_dense = d(dense_layers);
-  m_moe = d(m_stage - dense_layers);
-  m_heads = d(a.heads) / d(attention_tp);
-  m_kv_heads = std::max(1.0, std::floor(d(a.kv_heads) / d(attention_tp)));
+  for (const auto& g : groups) {
+    const CacheSpec& spec = g.spec;
+    switch (spec.kind) {
+    case CacheKind::full:
+    case CacheKind::sliding:
+    case CacheKind::chunked: {
+      Kind& k = m_kinds[static_cast<std::size_t>(spec.kind)];
+      k.layers = d(g.layers + g.shared_layers);
+      k.stored = d(g.layers);
+      k.window = d(spec.window);
+      k.kv_rate = d(spec.bytes_per_token);
+      k.sliding_geometry = spec.kind == CacheKind::sliding && m.sliding_attention.has_value();
+      break;
+    }
+    case CacheKind::indexer:
+      m_index_layers = d(g.layers);
+      m_index_rate = d(spec.bytes_per_token);
+      break;
+    case CacheKind::state:
+      m_state_layers = d(g.layers);
+      m_state_bytes = d(spec.state_bytes);
+      for (const auto& t : spec.state) {
+        m_state_elements += d(t.elements());
+      }
+      break;
+    }
+  }
+  if (m.indexer) {
+    m_topk = d(m.indexer->topk);
+    m_index_heads = d(m.indexer->heads);
+    m_index_dim = d(m.indexer->head_dim);
+  }
   m_w = d(dtype_storage_bytes(m.dtype, 1024)) / 1024;
   DType wdt = req.weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
   // Bytes per weight element in storage, scales included (docs/formulas.md §9).
@@ -232,18 +254,38 @@ StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
   };
   m_attn_math = math_dtype(attn_dt);
   m_expert_math = math_dtype(wdt);
-  m_kv_rate = d(kv_bytes_per_token_per_layer(
-      [&] {
-        Model rank = m;
-        rank.attention.kv_heads = static_cast<u64>(m_kv_heads);
-        rank.attention.heads = std::max<u64>(1, a.heads / attention_tp);
-        return rank;
-      }(),
-      format));
+  auto geometry = [&](const Attention& a, double layers) {
+    Geometry g;
+    g.layers = layers;
+    g.heads = d(a.heads) / d(attention_tp);
+    g.kv_heads = std::max(1.0, std::floor(d(a.kv_heads) / d(attention_tp)));
+    g.head_dim = d(a.head_dim);
+    g.v_head_dim = d(a.v_head_dim);
+    g.v_width = g.heads * g.v_head_dim;
+    if (a.kind != AttentionKind::mla) {
+      double q = g.heads * g.head_dim * (a.output_gate ? 2 : 1);
+      g.qkv_out = q + g.kv_heads * (g.head_dim + g.v_head_dim);
+      g.w_qkv = linear_bytes(attn_dt, static_cast<u64>(g.qkv_out), m.hidden_size);
+    }
+    g.w_o = linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(std::max(1.0, g.v_width)));
+    return g;
+  };
+  const Kind& sliding = m_kinds[static_cast<std::size_t>(CacheKind::sliding)];
+  double main_layers = 0;
+  for (const Kind& k : m_kinds) {
+    main_layers += k.sliding_geometry ? 0 : k.layers;
+  }
+  if (has_attention(m)) {
+    m_main = geometry(m.attention, main_layers);
+    if (sliding.sliding_geometry) {
+      m_sliding = geometry(*m.sliding_attention, sliding.layers);
+    }
+  }
   if (m_mla) {
+    const Attention& a = m.attention;
     const MlaDims& md = a.mla;
     double qk = d(md.qk_nope_head_dim + md.qk_rope_head_dim);
-    u64 q_out = static_cast<u64>(m_heads * qk);
+    u64 q_out = static_cast<u64>(m_main.heads * qk);
     m_q_out = d(q_out);
     if (md.q_lora_rank > 0) {
       m_w_q_down = linear_bytes(attn_dt, md.q_lora_rank, m.hidden_size);
@@ -255,18 +297,16 @@ StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
     // W_UK and W_UV are used in the activation dtype whether folded into the query
     // (absorbed) or applied to the latent (naive): engines dequantize them once at load.
     m_absorb_math = math_dtype(m.dtype);
-    double absorb_weights =
-        d(static_cast<u64>(m_heads)) * d(md.kv_lora_rank) * d(md.qk_nope_head_dim + md.v_head_dim);
+    double absorb_weights = d(static_cast<u64>(m_main.heads)) * d(md.kv_lora_rank) *
+                            d(md.qk_nope_head_dim + md.v_head_dim);
     m_w_absorb = absorb_weights * weight_per_element(m.dtype, md.kv_lora_rank, md.qk_nope_head_dim);
-  } else {
-    double q = m_heads * d(a.head_dim);
-    double kv = m_kv_heads * d(a.head_dim + a.v_head_dim);
-    m_qkv_out = q + kv;
-    m_w_qkv = linear_bytes(attn_dt, static_cast<u64>(q + kv), m.hidden_size);
   }
-  m_v_width = m_heads * d(a.v_head_dim);
-  m_w_o = linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(m_v_width));
-  if (dense_layers > 0) {
+  if (m.indexer) {
+    u64 q_in = m.attention.mla.q_lora_rank ? m.attention.mla.q_lora_rank : m.hidden_size;
+    m_w_index = linear_bytes(m.dtype, m.indexer->heads * m.indexer->head_dim, q_in) +
+                linear_bytes(m.dtype, m.indexer->head_dim + m.indexer->heads, m.hidden_size);
+  }
+  if (m_dense > 0) {
     m_mlp_width = d(m.mlp.intermediate_size) / d(par.tp);
     m_w_mlp = linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(std::max(1.0, m_mlp_width)));
   }
@@ -279,6 +319,28 @@ StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
           linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(std::max(1.0, m_shared_width)));
     }
   }
+  // The weights the formulas above do not place: recurrent layers' projections (their
+  // tensors in the parameter count) and a `params` override's remainder, split over tp and
+  // the stage like the blocks' other matrices.
+  if (m_state_layers > 0 || m.params) {
+    ParamCount params = count_params(m);
+    double stage_share = d(m_stage) / d(m.layers);
+    for (const TensorGroup& t : params.tensors) {
+      if (t.mtp) {
+        continue;
+      }
+      double count = d(t.params());
+      double bytes = d(tensor_bytes(t, tensor_dtype(m, t, wdt)));
+      double shards = t.rows > 1 ? d(attention_tp) : 1;
+      if (t.name.starts_with("state.")) {
+        m_state_params += count / d(t.count) / shards;
+        m_w_state += bytes / d(t.count) / shards;
+      } else if (t.name == "params_override_remainder") {
+        m_other_params = count * stage_share / d(par.tp);
+        m_w_other = bytes * stage_share / d(par.tp);
+      }
+    }
+  }
 }
 
 void StepCost::add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies,
@@ -289,15 +351,25 @@ void StepCost::add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies
   load.tokens += copies * query;
   load.logits += phase == Phase::decode ? copies * query : copies;
   load.attention_tokens += attention_copies * query;
+  load.sequences += attention_copies;
   bool absorbed = !m_mla || resolve_mla_mode(m_req.mla, phase, s) == MlaMode::absorbed;
   AttentionLoad& path = absorbed ? load.absorbed : load.naive;
-  path.full.query += attention_copies * query;
-  path.full.attended += attention_copies * query * t_eff;
-  path.full.held += attention_copies * t;
-  if (m_sliding > 0) {
-    path.sliding.query += attention_copies * query;
-    path.sliding.attended += attention_copies * query * std::min(t_eff, m_window);
-    path.sliding.held += attention_copies * std::min(t, m_window);
+  for (std::size_t k = 0; k < m_kinds.size(); ++k) {
+    if (m_kinds[k].layers == 0) {
+      continue;
+    }
+    // A window or chunk caps what a layer holds and attends; DSA's full layers attend only
+    // the top-k tokens their indexer picks.
+    double cap = m_kinds[k].window > 0 ? m_kinds[k].window : m_topk > 0 ? m_topk : 0;
+    AttentionSums& sums = path.kinds[k];
+    sums.query += attention_copies * query;
+    sums.attended += attention_copies * query * (cap > 0 ? std::min(t_eff, cap) : t_eff);
+    sums.held += attention_copies * (cap > 0 ? std::min(t, cap) : t);
+  }
+  if (m_index_layers > 0) {
+    load.indexer.query += attention_copies * query;
+    load.indexer.attended += attention_copies * query * t_eff;
+    load.indexer.held += attention_copies * t;
   }
 }
 
@@ -309,57 +381,92 @@ template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const
   double n = load.tokens;                // tokens through the MLP and head of one copy
   double h = d(m.hidden_size);
   double w = m_w;
-  double heads = m_heads;
-  double kv_heads = m_kv_heads;
-  double kv_rate = m_kv_rate;
   double L = d(m_stage);
+  double La = m_main.layers + m_sliding.layers; // attention layers
 
   // Norms and embedding lookups: memory traffic only.
   op.add("norms", m.dtype, 4 * n * h * d(m.norms_per_layer) * L, 0,
          2 * n * h * w * d(m.norms_per_layer) * L, 0);
 
-  // Attention projections.
+  // Attention projections, per geometry.
   if (m_mla) {
     const MlaDims& md = a.mla;
+    double Lm = m_main.layers;
+    double heads = m_main.heads;
     double q_out = m_q_out;
     if (md.q_lora_rank > 0) {
-      op.add("attention.q_down", m_attn_math, 2 * n_attn * h * d(md.q_lora_rank) * L,
-             m_w_q_down * L, n_attn * (h + d(md.q_lora_rank)) * w * L, 0);
-      op.add("attention.q_up", m_attn_math, 2 * n_attn * d(md.q_lora_rank) * q_out * L,
-             m_w_q_up * L, n_attn * (d(md.q_lora_rank) + q_out) * w * L, 0);
+      op.add("attention.q_down", m_attn_math, 2 * n_attn * h * d(md.q_lora_rank) * Lm,
+             m_w_q_down * Lm, n_attn * (h + d(md.q_lora_rank)) * w * Lm, 0);
+      op.add("attention.q_up", m_attn_math, 2 * n_attn * d(md.q_lora_rank) * q_out * Lm,
+             m_w_q_up * Lm, n_attn * (d(md.q_lora_rank) + q_out) * w * Lm, 0);
     } else {
-      op.add("attention.q_proj", m_attn_math, 2 * n_attn * h * q_out * L, m_w_q * L,
-             n_attn * (h + q_out) * w * L, 0);
+      op.add("attention.q_proj", m_attn_math, 2 * n_attn * h * q_out * Lm, m_w_q * Lm,
+             n_attn * (h + q_out) * w * Lm, 0);
     }
     double latent = d(md.kv_lora_rank + md.qk_rope_head_dim);
-    op.add("attention.kv_down", m_attn_math, 2 * n_attn * h * latent * L, m_w_kv_down * L,
-           n_attn * (h + latent) * w * L, 0);
-    op.add("attention.rotary", m.dtype, 3 * n_attn * (heads + 1) * d(md.qk_rope_head_dim) * L, 0,
-           2 * n_attn * (heads + 1) * d(md.qk_rope_head_dim) * w * L, 0);
+    op.add("attention.kv_down", m_attn_math, 2 * n_attn * h * latent * Lm, m_w_kv_down * Lm,
+           n_attn * (h + latent) * w * Lm, 0);
+    op.add("attention.rotary", m.dtype, 3 * n_attn * (heads + 1) * d(md.qk_rope_head_dim) * Lm, 0,
+           2 * n_attn * (heads + 1) * d(md.qk_rope_head_dim) * w * Lm, 0);
   } else {
-    op.add("attention.qkv_proj", m_attn_math, 2 * n_attn * h * m_qkv_out * L, m_w_qkv * L,
-           n_attn * (h + m_qkv_out) * w * L, 0);
-    op.add("attention.rotary", m.dtype, 3 * n_attn * (heads + kv_heads) * d(a.head_dim) * L, 0,
-           2 * n_attn * (heads + kv_heads) * d(a.head_dim) * w * L, 0);
+    for (const Geometry* g : {&m_main, &m_sliding}) {
+      if (g->layers == 0) {
+        continue;
+      }
+      bool own = g == &m_sliding;
+      op.add(own ? "attention.qkv_proj.sliding" : "attention.qkv_proj", m_attn_math,
+             2 * n_attn * h * g->qkv_out * g->layers, g->w_qkv * g->layers,
+             n_attn * (h + g->qkv_out) * w * g->layers, 0);
+      op.add(own ? "attention.rotary.sliding" : "attention.rotary", m.dtype,
+             3 * n_attn * (g->heads + g->kv_heads) * g->head_dim * g->layers, 0,
+             2 * n_attn * (g->heads + g->kv_heads) * g->head_dim * w * g->layers, 0);
+    }
   }
-  op.add("attention.kv_write", m.dtype, 0, 0, 0, n_attn * kv_rate * L);
+  if (La > 0) {
+    double kv_written = 0;
+    for (const Kind& k : m_kinds) {
+      kv_written += k.kv_rate * k.stored;
+    }
+    op.add("attention.kv_write", m.dtype, 0, 0, 0,
+           n_attn * (kv_written + m_index_rate * m_index_layers));
+  }
 
-  // Attention core, per layer kind (sliding layers attend at most their window).
-  for (bool is_sliding : {false, true}) {
-    double count = is_sliding ? m_sliding : m_full;
-    if (count == 0) {
+  // DSA: the indexer scores every cached token with its own keys, then attention reads the
+  // top-k tokens only.
+  if (m_index_layers > 0) {
+    const AttentionSums& x = load.indexer;
+    op.add("attention.indexer", DType::fp8_e4m3,
+           2 * x.attended * m_index_heads * m_index_dim * m_index_layers +
+               2 * x.query * (m_w_index / w) * m_index_layers,
+           m_w_index * m_index_layers,
+           x.query * (h + m_index_heads * m_index_dim) * w * m_index_layers,
+           x.held * m_index_rate * m_index_layers);
+  }
+
+  // Attention core, per layer kind (windows, chunks and DSA's top-k cap what is attended).
+  static constexpr std::array<const char*, 3> k_core{"attention.core", "attention.core.sliding",
+                                                     "attention.core.chunked"};
+  static constexpr std::array<const char*, 3> k_decompress{
+      "attention.decompress", "attention.decompress.sliding", "attention.decompress.chunked"};
+  for (std::size_t kind = 0; kind < m_kinds.size(); ++kind) {
+    const Kind& k = m_kinds[kind];
+    if (k.layers == 0) {
       continue;
     }
-    const AttentionSums& ab = is_sliding ? load.absorbed.sliding : load.absorbed.full;
-    const AttentionSums& nv = is_sliding ? load.naive.sliding : load.naive.full;
-    const char* core = is_sliding ? "attention.core.sliding" : "attention.core";
+    double count = k.layers;
+    double kv_rate = k.kv_rate;
+    const AttentionSums& ab = load.absorbed.kinds[kind];
+    const AttentionSums& nv = load.naive.kinds[kind];
+    const char* core = k_core[kind];
     if (!m_mla) {
-      double dk = d(a.head_dim + a.v_head_dim);
-      op.add(core, m.dtype, 2 * heads * ab.attended * dk * count, 0,
-             ab.query * heads * dk * w * count, ab.held * kv_rate * count);
+      const Geometry& g = k.sliding_geometry ? m_sliding : m_main;
+      double dk = g.head_dim + g.v_head_dim;
+      op.add(core, m.dtype, 2 * g.heads * ab.attended * dk * count, 0,
+             ab.query * g.heads * dk * w * count, ab.held * kv_rate * count);
       continue;
     }
     const MlaDims& md = a.mla;
+    double heads = m_main.heads;
     double dc = d(md.kv_lora_rank);
     double dr = d(md.qk_rope_head_dim);
     double dn = d(md.qk_nope_head_dim);
@@ -380,16 +487,36 @@ template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const
       // Decompress every attended latent into per-head K (nope) and V, then attend per head.
       double expanded = nv.held * heads * (dn + dr + dv) * w;
       bool materialized = m_req.naive_kv == NaiveKv::materialized;
-      op.add(is_sliding ? "attention.decompress.sliding" : "attention.decompress", m_absorb_math,
-             2 * nv.held * dc * heads * (dn + dv) * count, m_w_absorb * count,
-             (materialized ? expanded : 0) * count, nv.held * kv_rate * count, "naive");
+      op.add(k_decompress[kind], m_absorb_math, 2 * nv.held * dc * heads * (dn + dv) * count,
+             m_w_absorb * count, (materialized ? expanded : 0) * count, nv.held * kv_rate * count,
+             "naive");
       op.add(core, m.dtype, 2 * heads * nv.attended * (dn + dr + dv) * count, 0,
              (nv.query * heads * (dn + dr + dv) * w + (materialized ? expanded : 0)) * count, 0,
              "naive");
     }
   }
-  op.add("attention.o_proj", m_attn_math, 2 * n_attn * m_v_width * h * L, m_w_o * L,
-         n_attn * (m_v_width + h) * w * L, 0);
+  if (La > 0) {
+    for (const Geometry* g : {&m_main, &m_sliding}) {
+      if (g->layers == 0) {
+        continue;
+      }
+      op.add(g == &m_sliding ? "attention.o_proj.sliding" : "attention.o_proj", m_attn_math,
+             2 * n_attn * g->v_width * h * g->layers, g->w_o * g->layers,
+             n_attn * (g->v_width + h) * w * g->layers, 0);
+    }
+  }
+
+  // Recurrent layers: their projections, then the scan, which reads and writes each
+  // sequence's state once per step (docs/formulas.md §11, "State layers").
+  if (m_state_layers > 0) {
+    op.add("state.proj", m_attn_math, 2 * n_attn * m_state_params * m_state_layers,
+           m_w_state * m_state_layers, 2 * n_attn * h * w * m_state_layers, 0);
+    op.add("state.scan", DType::fp32, 4 * n_attn * m_state_elements * m_state_layers, 0, 0,
+           2 * load.sequences * m_state_bytes * m_state_layers);
+  }
+  if (m_other_params > 0) {
+    op.add("layers.other", m_attn_math, 2 * n * m_other_params, m_w_other, 0, 0);
+  }
 
   // MLP: dense layers, then MoE layers.
   double gate = m.mlp.kind == MlpKind::gated ? 3 : 2;
@@ -422,8 +549,9 @@ template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const
     }
   }
   if (m_req.communication && par.tp > 1) {
-    // Ring all-reduce of the hidden states after attention and after the MLP.
-    op.collective("tp.all_reduce", 2 * 2 * (d(par.tp) - 1) / d(par.tp) * n * h * w * L);
+    // Ring all-reduce of the hidden states after each token mixer and each feed-forward part.
+    op.collective("tp.all_reduce",
+                  2 * (d(par.tp) - 1) / d(par.tp) * n * h * w * (m_mixers + m_dense + m_moe));
   }
 
   // LM head: every new token in decode, the last token of each prompt in prefill/extend.

@@ -6,6 +6,7 @@
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/model/loader.hpp>
 #include <kvcalc/model/registry.hpp>
+#include <kvcalc/report/table.hpp>
 
 using namespace kvcalc;
 
@@ -128,7 +129,9 @@ TEST_CASE("SGLang is token-granular over a cell of all layers", "[capacity][sgla
 
 // TensorRT-LLM: Llama-3.1-70B at TP 4: ceil(8 / 4) = 2 KV heads per rank:
 // 80 x 2 x 2 x 128 x 2 B = 81,920 B per token. With 40 GiB measured peak on an H100:
-// kv = floor((85,520,809,984 - 42,949,672,960) x 0.9) = 38,314,023,321 B.
+// kv = floor((85,520,809,984 - 42,949,672,960) x 0.9) = 38,314,023,321 B; max_tokens =
+// 38,314,023,321 // 81,920 = 467,700; blocks of 32 rounded down (resource_manager.py
+// calculate_max_num_blocks: int(max_tokens // tokens_per_block)) = 14,615.
 TEST_CASE("TensorRT-LLM takes its fraction of what is free after the peak", "[capacity][trtllm]") {
   auto req = request(zoo("llama-3.1-70b"), "h100-sxm", Engine::trtllm, {8192});
   req.parallel.tp = 4;
@@ -136,10 +139,10 @@ TEST_CASE("TensorRT-LLM takes its fraction of what is free after the peak", "[ca
   CapacityResult r = compute_capacity(req);
   CHECK(r.kv_bytes_per_token_per_gpu == 81920);
   CHECK(r.kv_pool_bytes_per_gpu == 38314023321ULL);
-  CHECK(r.kv_tokens == 38314023321ULL / 81920);
+  CHECK(r.kv_tokens == 467700);
   CHECK(r.block_size == 32);
-  CHECK(r.num_blocks == (r.kv_tokens + 31) / 32);
-  CHECK(r.contexts[0].max_sequences == r.num_blocks / 256);
+  CHECK(r.num_blocks == 14615);
+  CHECK(r.contexts[0].max_sequences == 14615 / 256); // 8,192 tokens: 256 blocks each
 }
 
 TEST_CASE("tensor parallelism splits GQA heads and replicates the MLA latent", "[capacity][tp]") {
@@ -171,10 +174,11 @@ TEST_CASE("tensor parallelism splits GQA heads and replicates the MLA latent", "
   CHECK(dcp.contexts[0].max_sequences >= 7 * tp8.contexts[0].max_sequences);
 }
 
-TEST_CASE("tensor parallelism splits a linear layer's state as it splits heads", "[capacity][tp]") {
-  // Qwen3-Next-80B-A3B: 36 linear layers x 548,864 bf16 elements of state, 12 full layers of
-  // 2 KV heads x 256 x 2 (K and V) x 2 B (docs/formulas.md §5).
+TEST_CASE("tensor parallelism splits a state layer's state as it splits heads", "[capacity][tp]") {
+  // Qwen3-Next-80B-A3B: 36 Gated DeltaNet layers x 548,864 bf16 elements of state, 12 full
+  // layers of 2 KV heads x 256 x 2 (K and V) x 2 B (docs/formulas.md §5).
   auto next = request(zoo("qwen3-next-80b-a3b"), "h200", Engine::plain, {4096});
+  next.explain = true;
   for (u64 tp : {1u, 2u, 4u}) {
     next.parallel.tp = tp;
     next.parallel.gpus = tp;
@@ -185,10 +189,12 @@ TEST_CASE("tensor parallelism splits a linear layer's state as it splits heads",
     u64 kv = 12 * kv_heads * 256 * 2 * 2 * 4096;
     CHECK(r.contexts[0].bytes_per_sequence == state + kv);
     if (tp == 4) {
-      CHECK(std::find(r.derivation.begin(), r.derivation.end(),
-                      "linear state per sequence on one GPU: 36 linear layers × 137,216 elements "
-                      "(548,864 over tp 4) × 16 bit = 9,879,552 B, whatever the context") !=
-            r.derivation.end());
+      // conv: 3 x (8,192 / 4) channels; recurrent: 32 / 4 value heads x 128 x 128.
+      auto lines = render_derivation(r.derivation);
+      CHECK(std::find(lines.begin(), lines.end(),
+                      "state: 36 layers, gated_deltanet state per layer per sequence: conv 3 × "
+                      "2,048 × 2 B (bf16) + recurrent 8 × 128 × 128 × 2 B (bf16) = 274,432 B, "
+                      "whatever the context") != lines.end());
     }
   }
 }
@@ -233,17 +239,32 @@ TEST_CASE("fp8 weights carry one fp32 scale per 128 x 128 block", "[capacity][we
   CHECK(weight_bytes(v3, p, std::nullopt, with_mtp).total == linear + 41540496ULL * 4 + other * 2);
 }
 
-// SGLang's hybrid SWA pools: tokens over all layers, then full = tokens · 62 / (0.8 · 52 + 10),
-// sliding = 0.8 · full. Gemma-3-27B: cell = 62 × 8,192 B = 507,904 B.
-TEST_CASE("SGLang splits full and sliding pools 1 : 0.8", "[capacity][sglang]") {
-  auto req = request(zoo("gemma-3-27b"), "h200", Engine::sglang, {32768});
+// SGLang keeps a sliding-window pool apart only for the architectures it lists
+// (model_config.py is_hybrid_swa_model). gpt-oss is listed: F = S = 18 layers x 2,048 B;
+// cell = F + 0.8 S = 66,355.2 B; with a 40 GiB pool full = ⌊42,949,672,960 / 66,355.2⌋ =
+// 647,269 tokens and sliding = ⌊0.8 x full⌋ = 517,815 (page 1 on Hopper). At 32,768 tokens:
+// min(647,269 // 32,768, 517,815 // 128) = 19 sequences.
+TEST_CASE("SGLang splits full and sliding pools 1 : 0.8 for the models it lists",
+          "[capacity][sglang]") {
+  auto req = request(zoo("gpt-oss-120b"), "h200", Engine::sglang, {32768});
   req.engine.kv_cache_bytes = 40ULL << 30;
   CapacityResult r = compute_capacity(req);
-  u64 tokens = (40ULL << 30) / 507904;
-  auto full = static_cast<u64>(static_cast<double>(tokens) * 62 / (0.8 * 52 + 10));
-  CHECK(r.kv_tokens == full);
-  auto sliding = static_cast<u64>(static_cast<double>(full) * 0.8);
-  CHECK(r.contexts[0].max_sequences == std::min(full / 32768, sliding / 1024));
+  CHECK(r.kv_tokens == 647269);
+  REQUIRE(r.pool_groups.size() == 2);
+  CHECK(r.pool_groups[0].kind == "full");
+  CHECK(r.pool_groups[0].capacity == 647269);
+  CHECK(r.pool_groups[1].kind == "sliding");
+  CHECK(r.pool_groups[1].capacity == 517815);
+  CHECK(r.contexts[0].max_sequences == 19);
+
+  // Gemma 3 is not listed: one pool of 62 layers x 8,192 B = 507,904 B per token, every layer
+  // at the full context: 42,949,672,960 // 507,904 = 84,562 tokens, 2 sequences of 32k.
+  req = request(zoo("gemma-3-27b"), "h200", Engine::sglang, {32768});
+  req.engine.kv_cache_bytes = 40ULL << 30;
+  r = compute_capacity(req);
+  CHECK(r.kv_tokens == 84562);
+  REQUIRE(r.pool_groups.size() == 1);
+  CHECK(r.contexts[0].max_sequences == 2);
 }
 
 // --mtp loads DeepSeek-V3's MTP module and gives its layer a KV cache: 62 × 1,152 B per token.

@@ -7,6 +7,7 @@
 #include <kvcalc/kv/footprint.hpp>
 #include <kvcalc/model/loader.hpp>
 #include <kvcalc/model/registry.hpp>
+#include <kvcalc/report/table.hpp>
 
 using namespace kvcalc;
 
@@ -157,7 +158,7 @@ TEST_CASE("sliding windows cap what a layer holds", "[footprint][window]") {
   CHECK(gemma2.contexts[0].kv_bytes == 344064ULL * 2048);
   CHECK(gemma2.contexts[1].kv_bytes == 2113929216ULL);
   REQUIRE(gemma2.groups.size() == 2);
-  CHECK(gemma2.groups[1].type == LayerType::sliding);
+  CHECK(gemma2.groups[1].spec.kind == CacheKind::sliding);
   CHECK(gemma2.groups[1].layers == 21);
 
   // Gemma-3-27B: 10 global + 52 local (1,024) layers of 8,192 B.
@@ -169,8 +170,8 @@ TEST_CASE("sliding windows cap what a layer holds", "[footprint][window]") {
         18ULL * 2048 * 131072 + 18ULL * 2048 * 128);
 }
 
-TEST_CASE("linear-attention layers hold a constant state", "[footprint][hybrid]") {
-  // Qwen3-Next: 12 full layers of 2 x 2 x 256 x 2 = 2,048 B; 36 linear layers of
+TEST_CASE("state layers hold a constant state", "[footprint][hybrid]") {
+  // Qwen3-Next: 12 full layers of 2 x 2 x 256 x 2 = 2,048 B; 36 Gated DeltaNet layers of
   // 548,864 bf16 elements = 1,097,728 B each.
   auto f = fp(zoo("qwen3-next-80b-a3b"), {1, 4096});
   CHECK(f.bytes_per_token == 24576);
@@ -240,12 +241,19 @@ TEST_CASE("every bundled model matches its hand derivation", "[footprint][zoo]")
 }
 
 TEST_CASE("the derivation shows every term", "[footprint][explain]") {
-  auto f = fp(zoo("deepseek-v3"), {4096});
-  REQUIRE(f.derivation.size() >= 4);
-  CHECK(f.derivation[1] == "per layer per token (MLA latent, one stream, no factor 2): "
-                           "(kv_lora_rank 512 + qk_rope_head_dim 64) = 576 × 2 B (bf16) = 1,152 B");
-  CHECK(f.derivation[2] == "per token, all attention layers: 61 full × 1,152 B = 70,272 B");
-  CHECK(f.derivation[3] == "at 4,096 tokens: 61 full × 1,152 B × 4,096 tokens = 287,834,112 B");
+  FootprintOptions o;
+  o.contexts = {4096};
+  o.explain = true;
+  auto lines = render_derivation(compute_footprint(zoo("deepseek-v3"), o).derivation);
+  REQUIRE(lines.size() >= 4);
+  CHECK(lines[1] == "full: 61 layers, per layer per token (MLA latent, one stream, no factor 2): "
+                    "(kv_lora_rank 512 + qk_rope_head_dim 64) = 576 × 2 B (bf16) = 1,152 B");
+  CHECK(lines[2] == "per token, every per-token group at the full rate: 61 full × 1,152 B = "
+                    "70,272 B");
+  CHECK(lines[3] == "at 4,096 tokens: 61 full × 1,152 B × 4,096 tokens = 287,834,112 B");
+  // Not asked: nothing recorded.
+  o.explain = false;
+  CHECK(compute_footprint(zoo("deepseek-v3"), o).derivation.lines().empty());
 }
 
 TEST_CASE("numeric safety: the largest plausible inputs are exact or a clear error",

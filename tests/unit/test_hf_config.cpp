@@ -82,10 +82,25 @@ TEST_CASE("every HF fixture imports to its bundled model", "[hf][zoo]") {
     } else {
       CHECK(m.mlp.intermediate_size == zoo->mlp.intermediate_size);
     }
-    REQUIRE(m.linear_state.has_value() == zoo->linear_state.has_value());
-    if (m.linear_state) {
-      CHECK(m.linear_state->elements == zoo->linear_state->elements);
-      CHECK(m.linear_state->dtype == zoo->linear_state->dtype);
+    REQUIRE(m.state.has_value() == zoo->state.has_value());
+    if (m.state) {
+      CHECK(m.state->kind == zoo->state->kind);
+      CHECK(m.state->heads == zoo->state->heads);
+      CHECK(m.state->head_dim == zoo->state->head_dim);
+      CHECK(m.state->key_heads == zoo->state->key_heads);
+      CHECK(m.state->key_head_dim == zoo->state->key_head_dim);
+      CHECK(m.state->inner == zoo->state->inner);
+      CHECK(m.state->groups == zoo->state->groups);
+      CHECK(m.state->state_size == zoo->state->state_size);
+      CHECK(m.state->conv_kernel == zoo->state->conv_kernel);
+      CHECK(m.state->conv_dtype == zoo->state->conv_dtype);
+      CHECK(m.state->ssm_dtype == zoo->state->ssm_dtype);
+    }
+    CHECK(m.ffn_types == zoo->ffn_types);
+    CHECK(m.attention_chunk == zoo->attention_chunk);
+    CHECK(m.indexer.has_value() == zoo->indexer.has_value());
+    if (stem == zoo_name) { // the legacy RefinedWeb spellings name another class
+      CHECK(m.architecture == zoo->architecture);
     }
     CHECK(kv_per_token(m) == kv_per_token(*zoo));
     // The terms only the parameter count sees.

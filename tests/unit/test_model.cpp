@@ -50,10 +50,14 @@ TEST_CASE("layer patterns expand cyclically", "[model][pattern]") {
   CHECK(std::count(gemma3.begin(), gemma3.end(), full) == 10);
   CHECK(gemma3[5] == full);
   CHECK(gemma3[61] == sliding);
-  CHECK(expand_layer_pattern("linear*3, full", 8) ==
-        std::vector<LayerType>{linear, linear, linear, full, linear, linear, linear, full});
+  CHECK(expand_layer_pattern("state*3, full", 8) ==
+        std::vector<LayerType>{state, state, state, full, state, state, state, full});
+  CHECK(expand_layer_pattern("chunked*3, full", 4) ==
+        std::vector<LayerType>{chunked, chunked, chunked, full});
+  CHECK_THROWS_WITH(expand_layer_pattern("linear*3, full", 8),
+                    Catch::Contains("layer type 'linear' is now 'state'"));
   CHECK_THROWS_WITH(expand_layer_pattern("sliding, globl", 4),
-                    Catch::Contains("unknown layer type 'globl'"));
+                    Catch::Contains("unknown type 'globl'; expected a layer type"));
   CHECK_THROWS_AS(expand_layer_pattern("0:1", 4), InputError);
   CHECK_THROWS_AS(expand_layer_pattern("", 4), InputError);
   // Bounded whatever the input: before the bound 10^9 layers took 4 GB, 2^64 − 1 threw

@@ -37,6 +37,10 @@ struct CacheRequest {
   std::optional<u64> scale_group;
   std::optional<DType> scale_dtype;
   MlaCacheFormat mla_format = MlaCacheFormat::latent;
+  /// Recurrent layers' state (vLLM's --mamba-cache-dtype): every part unless ssm_state_dtype.
+  std::optional<DType> state_dtype;
+  /// The SSM / recurrent part of the state (vLLM's --mamba-ssm-cache-dtype).
+  std::optional<DType> ssm_state_dtype;
 };
 
 /// A cache layout fully resolved for one model.

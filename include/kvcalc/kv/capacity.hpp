@@ -8,8 +8,10 @@
 #include <string_view>
 #include <vector>
 
+#include <kvcalc/core/derivation.hpp>
 #include <kvcalc/device/gpu.hpp>
 #include <kvcalc/kv/cache_format.hpp>
+#include <kvcalc/kv/cache_spec.hpp>
 #include <kvcalc/kv/weights.hpp>
 #include <kvcalc/model/model.hpp>
 
@@ -17,8 +19,22 @@ namespace kvcalc {
 
 enum class Engine { plain, vllm, sglang, trtllm };
 
+inline constexpr NameTable<Engine, 4> k_engines{"engine",
+                                                {{{Engine::plain, "plain"},
+                                                  {Engine::vllm, "vllm"},
+                                                  {Engine::sglang, "sglang"},
+                                                  {Engine::trtllm, "trtllm"}}}};
+
 [[nodiscard]] std::string_view engine_name(Engine e);
 [[nodiscard]] Engine parse_engine(std::string_view text);
+
+/// vLLM's mamba_cache_mode: how many state blocks a sequence of a hybrid model holds.
+enum class MambaCacheMode {
+  none,  ///< one state block per sequence (prefix caching off)
+  align, ///< two: the running state and the last block-aligned one (prefix caching)
+};
+inline constexpr NameTable<MambaCacheMode, 2> k_mamba_cache_modes{
+    "mamba cache mode", {{{MambaCacheMode::none, "none"}, {MambaCacheMode::align, "align"}}}};
 
 struct Parallelism {
   u64 gpus = 0;              ///< GPUs in the deployment; 0: tp × pp
@@ -40,6 +56,7 @@ struct EngineSettings {
   std::optional<u64> reserve_bytes;  ///< activations and workspace per GPU (overrides the estimate)
   std::optional<u64> non_kv_bytes;   ///< everything but KV per GPU, as the engine measured it
   std::optional<u64> kv_cache_bytes; ///< the KV pool per GPU, as the engine reported it
+  MambaCacheMode mamba_cache_mode = MambaCacheMode::none; ///< vLLM, hybrid models
 };
 
 struct CapacityRequest {
@@ -52,6 +69,7 @@ struct CapacityRequest {
   bool mtp = false; ///< load the MTP module (its weights and its layer's KV)
   std::vector<u64> contexts;
   std::optional<u64> max_context_at; ///< find the longest context with this many sequences
+  bool explain = false;              ///< record the derivation
 };
 
 struct ContextCapacity {
@@ -60,6 +78,17 @@ struct ContextCapacity {
   u64 bytes_per_sequence = 0;  ///< KV (and state) one sequence takes on one GPU
   double max_concurrency = 0;  ///< the engine's fractional figure for one KV pool
   u64 max_sequences = 0;       ///< whole sequences, whole deployment
+};
+
+/// One group of the engine's pool on one GPU, as the engine's own log and code name it: vLLM's
+/// KV cache groups, SGLang's full / sliding-window / state pools, TensorRT-LLM's pools.
+struct PoolGroup {
+  std::string kind;   ///< "full", "sliding", "chunked", "mla+indexer", "state", ...
+  u64 layers = 0;     ///< layers of one GPU the group holds (vLLM: of one group)
+  u64 groups = 1;     ///< groups of this kind (vLLM splits a kind into groups of group_size)
+  u64 block_size = 0; ///< tokens per block; 0: token-granular
+  u64 page_bytes = 0; ///< one block of one layer (a state: one sequence's state of one layer)
+  u64 capacity = 0;   ///< SGLang: tokens of the pool, or state slots; TensorRT-LLM: blocks
 };
 
 struct CapacityResult {
@@ -86,10 +115,14 @@ struct CapacityResult {
   bool fits = true;
   std::string reason; ///< why not, when !fits
   std::vector<ContextCapacity> contexts;
-  std::optional<u64> max_context_at;   ///< longest context holding the requested sequences
-  bool max_context_capped = false;     ///< ... limited by the model's max_context, not by KV
-  std::vector<std::string> derivation; ///< the arithmetic, one line per step
-  std::vector<std::string> notes;      ///< for people: approximations, limits
+  std::optional<u64> max_context_at;    ///< longest context holding the requested sequences
+  bool max_context_capped = false;      ///< ... limited by the model's max_context, not by KV
+  std::vector<CacheGroup> cache_groups; ///< the cache as one GPU holds it
+  std::vector<PoolGroup> pool_groups;   ///< the engine's grouping of it
+  u64 state_slots = 0;                  ///< sequences whose recurrent state the pool holds; 0: none
+  std::string engine_rules;             ///< which engine version the rules reproduce
+  Derivation derivation;                ///< the arithmetic, when CapacityRequest::explain
+  std::vector<std::string> notes;       ///< for people: approximations, limits
 };
 
 [[nodiscard]] CapacityResult compute_capacity(const CapacityRequest& request);

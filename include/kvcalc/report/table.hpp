@@ -7,6 +7,8 @@
 #include <variant>
 #include <vector>
 
+#include <kvcalc/core/derivation.hpp>
+
 namespace kvcalc {
 
 enum class Unit {
@@ -72,6 +74,10 @@ struct Table {
 
 /// GitHub-flavoured Markdown tables.
 [[nodiscard]] std::string render_markdown(const std::vector<Table>& tables, ByteUnits units);
+
+/// A derivation's lines as people read them: counts with grouped digits (4,096), bytes with
+/// "B" (4,096 B), fractions as given (0.9).
+[[nodiscard]] std::vector<std::string> render_derivation(const Derivation& derivation);
 
 /// RFC 4180 CSV of one table: header of column keys, exact raw values.
 [[nodiscard]] std::string render_csv(const Table& table);

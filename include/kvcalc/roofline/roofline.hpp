@@ -3,6 +3,7 @@
 /// attainable rate and the time of each op on one GPU, for decode, prefill and chunked
 /// prefill, with MLA absorbed or naive (docs/formulas.md, "Roofline"). A pure function.
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -111,14 +112,17 @@ struct RooflineResult {
 /// Attention work of a set of sequences over one kind of layer, summed over the sequences.
 struct AttentionSums {
   double query = 0;    ///< Σ s: new tokens
-  double attended = 0; ///< Σ s·t_eff: query-key pairs per head
-  double held = 0;     ///< Σ t: cached tokens read (capped at the window on sliding layers)
+  double attended = 0; ///< Σ s·t_eff: query-key pairs per head (capped by a window or chunk)
+  double held = 0;     ///< Σ t: cached tokens read (capped likewise)
 };
 
-/// One kind of attention path: its sums over full-attention and over sliding-window layers.
+/// Attention kinds a step prices apart: full (DSA: its top-k tokens), sliding, chunked.
+inline constexpr std::size_t k_attention_kinds_priced = 3;
+
+/// One kind of attention path: its sums over each kind of attention layer.
 struct AttentionLoad {
-  AttentionSums full;
-  AttentionSums sliding;
+  std::array<AttentionSums, k_attention_kinds_priced>
+      kinds; ///< by CacheKind full, sliding, chunked
 };
 
 /// One step of a model copy as sums over its sequences, so that one step may mix decodes,
@@ -127,9 +131,11 @@ struct AttentionLoad {
 struct StepLoad {
   double tokens = 0;           ///< new tokens through the linear layers of the copy (Σ s)
   double logits = 0;           ///< rows of the LM head
-  double attention_tokens = 0; ///< new tokens whose attention this GPU runs
+  double attention_tokens = 0; ///< new tokens whose attention (and state) this GPU runs
+  double sequences = 0;        ///< sequences whose attention (and state) this GPU runs
   AttentionLoad absorbed;      ///< MHA/GQA sequences, and MLA sequences attended absorbed
   AttentionLoad naive;         ///< MLA sequences attended naive (decompressed)
+  AttentionSums indexer;       ///< DSA: the indexer's pass over every cached token
 };
 
 /// The roofline of one step for any StepLoad, with everything that does not depend on the
@@ -155,37 +161,67 @@ public:
   /// Fraction of the copy's sequences whose attention one GPU runs (1/tp with dp-attention).
   [[nodiscard]] double attention_share() const { return m_attention_share; }
   [[nodiscard]] u64 layers() const { return m_stage; }
-  [[nodiscard]] double heads() const { return m_heads; }
+  [[nodiscard]] double heads() const { return m_main.heads; }
   [[nodiscard]] const RooflineRequest& request() const { return m_req; }
 
 private:
   template <class Sink> void build(const StepLoad& load, Sink& sink) const;
 
+  /// One attention geometry on this GPU, and the weights of its projections per layer.
+  struct Geometry {
+    double layers = 0;   ///< attention layers of this geometry on this GPU
+    double heads = 0;    ///< query heads on this GPU
+    double kv_heads = 0; ///< KV heads on this GPU
+    double head_dim = 0;
+    double v_head_dim = 0;
+    double qkv_out = 0; ///< GQA: q + k + v widths on this GPU (with an output gate, 2q + k + v)
+    double v_width = 0; ///< heads × d_v
+    double w_qkv = 0;   ///< GQA: bytes of the q/k/v projection per layer
+    double w_o = 0;     ///< bytes of the output projection per layer
+  };
+  /// One priced kind of attention layers on this GPU.
+  struct Kind {
+    double layers = 0;  ///< layers that attend (KV-shared ones included)
+    double stored = 0;  ///< layers that store their own KV
+    double window = 0;  ///< tokens a layer holds; 0: every token (full)
+    double kv_rate = 0; ///< KV bytes per token per layer on this GPU
+    bool sliding_geometry = false;
+  };
+
   RooflineRequest m_req;
   bool m_mla = false;
-  u64 m_stage = 0;       ///< layers on this GPU
-  double m_full = 0;     ///< full-attention layers on this GPU
-  double m_sliding = 0;  ///< sliding-window layers on this GPU
-  double m_dense = 0;    ///< layers with a dense MLP
-  double m_moe = 0;      ///< layers with an MoE MLP
-  double m_window = 0;   ///< tokens a sliding layer holds
-  double m_heads = 0;    ///< query heads on this GPU
-  double m_kv_heads = 0; ///< KV heads on this GPU
-  double m_kv_rate = 0;  ///< KV bytes per token per layer on this GPU
-  double m_w = 0;        ///< activation bytes per element
-  double m_ep = 1;       ///< expert shards
+  u64 m_stage = 0;     ///< layers on this GPU
+  double m_mixers = 0; ///< layers with a token mixer (attention or state) on this GPU
+  double m_dense = 0;  ///< layers with a dense MLP
+  double m_moe = 0;    ///< layers with an MoE MLP
+  Geometry m_main;     ///< full and chunked layers (and sliding ones without their own)
+  Geometry m_sliding;  ///< sliding layers with `sliding_attention`
+  std::array<Kind, k_attention_kinds_priced> m_kinds;
+  double m_topk = 0;         ///< DSA: tokens each query attends; 0 without an indexer
+  double m_index_layers = 0; ///< DSA: indexer layers on this GPU
+  double m_index_rate = 0;   ///< DSA: indexer key bytes per token per layer
+  double m_index_heads = 0;  ///< DSA: indexer query heads
+  double m_index_dim = 0;    ///< DSA: indexer head dim
+  double m_w_index = 0;      ///< DSA: indexer weights per layer
+  double m_state_layers = 0; ///< recurrent layers on this GPU
+  double m_state_bytes = 0;  ///< one sequence's state of one layer on this GPU
+  double m_state_elements = 0;
+  double m_w_state = 0;      ///< weights of one state layer's projections on this GPU
+  double m_state_params = 0; ///< their parameters (2 FLOP each per token)
+  double m_w_other = 0;      ///< weights kvcalc does not place (a params override), this GPU
+  double m_other_params = 0;
+  double m_w = 0;  ///< activation bytes per element
+  double m_ep = 1; ///< expert shards
   double m_attention_share = 1;
   DType m_attn_math = DType::bf16;   ///< dtype of the attention and dense matmuls
   DType m_expert_math = DType::bf16; ///< dtype of the expert matmuls
   DType m_absorb_math = DType::bf16; ///< dtype of W_UK / W_UV
   // Weight bytes per layer (or per step for the LM head), scales included.
-  double m_w_q_down = 0, m_w_q_up = 0, m_w_q = 0, m_w_kv_down = 0, m_w_qkv = 0, m_w_o = 0;
+  double m_w_q_down = 0, m_w_q_up = 0, m_w_q = 0, m_w_kv_down = 0;
   double m_w_mlp = 0, m_w_expert = 0, m_w_shared = 0, m_w_absorb = 0;
   double m_q_out = 0;        ///< MLA query width on this GPU (heads × (d_nope + d_R))
-  double m_qkv_out = 0;      ///< GQA: q + k + v widths on this GPU
   double m_mlp_width = 0;    ///< dense MLP width per GPU
   double m_shared_width = 0; ///< shared-expert width per GPU
-  double m_v_width = 0;      ///< heads × d_v
 };
 
 /// Where absorbed MLA stops paying, for chunks of s tokens over a prefix of P (docs/formulas.md).
