@@ -1,6 +1,10 @@
-// HuggingFace config.json → Model. Field names and defaults follow the transformers config
-// classes; every reading of an ambiguous config is reported as a warning (docs/model-format.md,
-// "Importing a config.json").
+// HuggingFace config.json → Model, read by what the keys mean: each size under every name the
+// families give it, the layer layout from whichever description a config carries (layer_types,
+// Nemotron-H's pattern string, MiniMax's attn_type_list, Kimi-Linear's 1-based layer lists,
+// Jamba's period and offset, Llama 4's chunked RoPE layers, intervals, windows), the recurrent
+// state from the keys of its kind. Family rules only where a family needs them, each said
+// where it is applied. A key that would change the cache and that this reader does not read is
+// an error naming it (docs/model-format.md, "Importing a config.json").
 
 #include <kvcalc/model/loader.hpp>
 
@@ -10,6 +14,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <map>
+#include <set>
 
 #include <kvcalc/core/units.hpp>
 
@@ -33,27 +38,97 @@ constexpr std::array k_type_defaults{
     TypeDefault{"gemma3_text", "sliding_window_pattern", 6},
     TypeDefault{"gemma3_text", "head_dim", 256},
     TypeDefault{"gemma3_text", "sliding_window", 4096},
+    TypeDefault{"gemma3_text", "num_attention_heads", 8},
+    TypeDefault{"gemma3_text", "num_key_value_heads", 4},
     TypeDefault{"falcon", "max_position_embeddings", 2048},
     TypeDefault{"RefinedWeb", "max_position_embeddings", 2048},
     TypeDefault{"RefinedWebModel", "max_position_embeddings", 2048},
+    TypeDefault{"llama4_text", "no_rope_layer_interval", 4},
+    TypeDefault{"chatglm", "seq_length", 2048},
 };
 
 /// Model types whose MLP is up/down with no gate.
-constexpr std::array<std::string_view, 10> k_plain_mlp{
-    "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode", "gpt2", "gpt_neox",
-    "gptj",   "opt",        "bloom",           "phi"};
+constexpr std::array<std::string_view, 11> k_plain_mlp{
+    "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode", "gpt2",      "gpt_neox",
+    "gptj",   "opt",        "bloom",           "phi",         "nemotron_h"};
 
 /// Model types whose transformers config class ties embeddings by default.
 constexpr std::array<std::string_view, 11> k_tied_by_default{
     "gemma",      "gemma2",          "gemma3", "gemma3_text", "gpt_bigcode",        "falcon",
     "RefinedWeb", "RefinedWebModel", "gpt2",   "minicpm3",    "MiniCPM3ForCausalLM"};
 
+/// Families kvcalc knows but does not model, with the reason.
+struct Refused {
+  std::string_view model_type;
+  std::string_view why;
+};
+constexpr std::array k_refused{
+    Refused{"falcon_h1", "runs attention and a Mamba-2 mixer in parallel in every layer"},
+    Refused{"zamba2", "shares one attention block between its hybrid layers"},
+    Refused{"lfm2", "keeps a short-convolution state kvcalc has no kind for"},
+    Refused{"lfm2_moe", "keeps a short-convolution state kvcalc has no kind for"},
+    Refused{"plamo2", "interleaves Mamba and attention by a step rule kvcalc does not read"},
+    Refused{"minimax_m3", "keeps a sparse-attention index cache kvcalc has no kind for"},
+};
+
+/// Parts of a key's name that say it may describe the cache: a key that has one, is not read,
+/// and is not on k_unrelated_keys is an error (never silently ignored).
+constexpr std::array<std::string_view, 30> k_cache_words{
+    "window",    "chunk",          "layer_type", "block_type",  "override_pattern",
+    "attn_type", "attention_type", "full_attn",  "linear_attn", "kv_",
+    "_kv",       "key_value",      "mamba",      "ssm",         "state_size",
+    "d_state",   "conv",           "linear_",    "index_",      "kda",
+    "lightning", "shared_layers",  "nextn",      "mtp",         "head_dim",
+    "n_head",    "num_heads",      "n_groups",   "num_layers",  "_layers"};
+
+/// Keys with a cache word in their name that do not change the cache.
+constexpr std::array<std::string_view, 39> k_unrelated_keys{"use_cache",
+                                                            "attention_dropout",
+                                                            "use_conv_bias",
+                                                            "mamba_conv_bias",
+                                                            "conv_bias",
+                                                            "mamba_proj_bias",
+                                                            "mamba_hidden_act",
+                                                            "mamba_dt_rank",
+                                                            "chunk_size",
+                                                            "mamba_chunk_size",
+                                                            "mtp_use_dedicated_embeddings",
+                                                            "layernorm_full_attention_alpha",
+                                                            "layernorm_full_attention_beta",
+                                                            "layernorm_linear_attention_alpha",
+                                                            "layernorm_linear_attention_beta",
+                                                            "rotary_dim",
+                                                            "rotary_pct",
+                                                            "qk_layernorm",
+                                                            "use_qk_norm",
+                                                            "attn_logit_softcapping",
+                                                            "num_logits_to_keep",
+                                                            "mla_use_nope",
+                                                            "use_mamba_kernels",
+                                                            "mamba_d_ssm",
+                                                            "time_step_rank",
+                                                            "kv_lora_rank_norm",
+                                                            "moe_layer_freq_offset",
+                                                            "router_jitter_noise",
+                                                            "mamba_step",
+                                                            "num_nextn_predict_layers_share",
+                                                            "ssm_in_multiplier",
+                                                            "ssm_out_multiplier",
+                                                            "ssm_multipliers",
+                                                            "mamba_rms_norm",
+                                                            "mamba_norm_before_gate",
+                                                            "mamba_use_mlp",
+                                                            "attn_implementation",
+                                                            "swa_attention_sink_bias",
+                                                            "add_swa_attention_sink_bias"};
+
 template <std::size_t N>
 bool contains(const std::array<std::string_view, N>& list, std::string_view value) {
   return std::find(list.begin(), list.end(), value) != list.end();
 }
 
-/// Reads a config whose architecture keys live in `text_config` (multimodal) or at the top.
+/// Reads a config whose architecture keys live in `text_config` (multimodal) or at the top, and
+/// remembers every key it looked at, so that what it never read can be checked.
 class ConfigView {
 public:
   ConfigView(std::vector<MapReader> scopes, std::shared_ptr<detail::LocationMap> locations,
@@ -62,10 +137,14 @@ public:
         m_model_type(std::move(model_type)), m_file(std::move(file)) {}
 
   [[nodiscard]] const std::string& model_type() const { return m_model_type; }
+  [[nodiscard]] const std::string& file() const { return m_file; }
 
-  /// The first scope that has any of `keys`, and which key it had.
+  /// The first scope that has any of `keys` (not null), and which key it had.
   [[nodiscard]] std::optional<std::pair<const MapReader*, std::string_view>>
   find(std::initializer_list<std::string_view> keys) const {
+    for (auto key : keys) {
+      m_read.emplace(key);
+    }
     for (const auto& scope : m_scopes) {
       for (auto key : keys) {
         if (scope.has(key)) {
@@ -76,7 +155,8 @@ public:
     return std::nullopt;
   }
 
-  /// An integer under any of `keys`; recorded under `schema_path` for located validation.
+  /// An integer under any of `keys`, else the model type's class default; recorded under
+  /// `schema_path` for located validation.
   [[nodiscard]] std::optional<u64> count(std::initializer_list<std::string_view> keys,
                                          std::string_view schema_path) const {
     if (auto hit = find(keys)) {
@@ -121,11 +201,13 @@ public:
 
   /// The key exists (a null value counts as present).
   [[nodiscard]] bool present(std::string_view key) const {
+    m_read.emplace(key);
     return std::any_of(m_scopes.begin(), m_scopes.end(),
                        [&](const MapReader& s) { return s.node(key).IsDefined(); });
   }
 
   [[nodiscard]] std::optional<MapReader> map(std::string_view key) const {
+    m_read.emplace(key);
     for (const auto& scope : m_scopes) {
       if (auto m = scope.map(key)) {
         return m;
@@ -134,13 +216,50 @@ public:
     return std::nullopt;
   }
 
+  /// Marks keys as read where their value needs no reading (they do not change the cache).
+  void consume(std::initializer_list<std::string_view> keys) const {
+    for (auto key : keys) {
+      m_read.emplace(key);
+    }
+  }
+
   [[nodiscard]] const std::vector<MapReader>& scopes() const { return m_scopes; }
+  [[nodiscard]] const std::shared_ptr<detail::LocationMap>& locations() const {
+    return m_locations;
+  }
+
+  /// The first key of any scope that names a cache word and was never read.
+  [[nodiscard]] std::optional<std::pair<std::string, SourceLocation>> unread_cache_key() const {
+    for (const auto& scope : m_scopes) {
+      for (const auto& item : scope.yaml()) {
+        if (!item.first.IsScalar()) {
+          continue;
+        }
+        std::string key = item.first.Scalar();
+        std::string lower;
+        for (char ch : key) {
+          lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        }
+        if (m_read.count(key) > 0 || contains(k_unrelated_keys, lower) || item.second.IsNull()) {
+          continue;
+        }
+        bool cache =
+            std::any_of(k_cache_words.begin(), k_cache_words.end(),
+                        [&](std::string_view w) { return lower.find(w) != std::string::npos; });
+        if (cache) {
+          return std::make_pair(key, scope.where(key));
+        }
+      }
+    }
+    return std::nullopt;
+  }
 
 private:
   std::vector<MapReader> m_scopes;
   std::shared_ptr<detail::LocationMap> m_locations;
   std::string m_model_type;
   std::string m_file;
+  mutable std::set<std::string, std::less<>> m_read;
 };
 
 std::string registry_name(std::string_view raw) {
@@ -178,159 +297,722 @@ std::string display_name_for(const ConfigView& c, const std::string& file) {
   return path.stem().string();
 }
 
-LayerType layer_type_from_hf(const std::string& word, const MapReader& scope) {
-  if (word == "full_attention" || word == "attention" || word == "global") {
-    return LayerType::full;
-  }
-  if (word == "sliding_attention" || word == "local" || word == "sliding") {
-    return LayerType::sliding;
-  }
-  if (word == "linear_attention" || word == "mamba") {
-    return LayerType::state;
-  }
-  scope.fail("layer_types", "layer type '" + word +
-                                "' is not one kvcalc models (full_attention, sliding_attention, "
-                                "linear_attention); write a kvcalc YAML with layer_pattern");
+bool is_falcon(const std::string& type) {
+  return type == "falcon" || type == "RefinedWeb" || type == "RefinedWebModel";
 }
 
-/// Which layers slide or hold a linear state, and the window.
-void read_layer_types(const ConfigView& c, Model& m, Diagnostics& diag) {
-  auto window = c.count({"sliding_window"}, "sliding_window");
-  if (auto hit = c.find({"layer_types"})) {
-    const MapReader& scope = *hit->first;
-    YAML::Node list = scope.node("layer_types");
-    if (!list.IsSequence() || list.size() != m.layers) {
-      scope.fail("layer_types", "layer_types must list one type per layer (" +
-                                    std::to_string(m.layers) + " layers)");
-    }
-    for (const auto& item : list) {
-      m.layer_types.push_back(layer_type_from_hf(
-          detail::scalar_of(item, scope.locations()->file(), "each layer type"), scope));
-    }
-    bool slides = std::find(m.layer_types.begin(), m.layer_types.end(), LayerType::sliding) !=
-                  m.layer_types.end();
-    if (slides) {
-      if (!window || *window == 0) {
-        scope.fail("layer_types", "layer_types has sliding layers but sliding_window is not set");
-      }
-      m.sliding_window = *window;
-    }
-    return;
+/// The per-layer layout a config describes: the mixer of each layer, the feed-forward part where
+/// the description gives it, and which recurrent mixer the state layers are.
+struct Layout {
+  std::vector<LayerType> types;
+  std::vector<FfnType> ffn; ///< empty: from the MoE keys
+  std::optional<StateKind> state;
+};
+
+/// The state kind the config's keys describe, for layers a layout calls linear or mamba.
+std::optional<StateKind> state_kind_of(const ConfigView& c) {
+  if (c.present("linear_num_value_heads")) {
+    return StateKind::gated_deltanet;
   }
+  if (c.present("linear_attn_config")) {
+    return StateKind::kda;
+  }
+  if (c.present("attn_type_list") || c.present("decoder_attention_types") ||
+      c.model_type().starts_with("minimax")) {
+    return StateKind::lightning;
+  }
+  if (c.present("mamba_num_heads") || c.present("mamba_n_heads") ||
+      (c.present("n_groups") && c.present("num_heads")) || c.model_type() == "mamba2") {
+    return StateKind::mamba2;
+  }
+  if (c.present("mamba_d_state") || c.present("state_size") || c.model_type() == "mamba" ||
+      c.model_type() == "falcon_mamba") {
+    return StateKind::mamba1;
+  }
+  return std::nullopt;
+}
+
+/// One word of a `layer_types` (or `layers_block_type`) list: the mixer and, for Nemotron-H's
+/// MLP-only and MoE-only blocks, the feed-forward part.
+std::pair<LayerType, std::optional<FfnType>> layer_word(const YAML::Node& item,
+                                                        const MapReader& scope) {
+  std::string word = detail::scalar_of(item, scope.locations()->file(), "each layer type");
+  if (word == "full_attention" || word == "attention" || word == "global" ||
+      word == "deepseek_sparse_attention") {
+    return {LayerType::full, std::nullopt};
+  }
+  if (word == "sliding_attention" || word == "local" || word == "sliding") {
+    return {LayerType::sliding, std::nullopt};
+  }
+  if (word == "chunked_attention") {
+    return {LayerType::chunked, std::nullopt};
+  }
+  if (word == "linear_attention" || word == "mamba") {
+    return {LayerType::state, std::nullopt};
+  }
+  if (word == "mlp") {
+    return {LayerType::none, FfnType::dense};
+  }
+  if (word == "moe") {
+    return {LayerType::none, FfnType::moe};
+  }
+  throw InputError(detail::location_of(item, scope.locations()->file()),
+                   "layer type '" + word +
+                       "' is not one kvcalc models (full_attention, sliding_attention, "
+                       "chunked_attention, linear_attention, mamba, mlp, moe); write a kvcalc "
+                       "YAML with layer_pattern (docs/model-format.md)");
+}
+
+/// A list of per-layer integers (attn_type_list, no_rope_layers).
+std::vector<u64> int_list(const MapReader& scope, std::string_view key, u64 layers,
+                          bool exact_length) {
+  YAML::Node list = scope.node(key);
+  if (!list.IsSequence() || (exact_length && list.size() != layers)) {
+    scope.fail(key, std::string(key) + " must list one value per layer (" + std::to_string(layers) +
+                        " layers)");
+  }
+  std::vector<u64> out;
+  for (const auto& item : list) {
+    std::string s = detail::scalar_of(item, scope.locations()->file(), "each entry");
+    if (s.empty() || !std::all_of(s.begin(), s.end(), [](char ch) {
+          return std::isdigit(static_cast<unsigned char>(ch)) != 0;
+        })) {
+      throw InputError(detail::location_of(item, scope.locations()->file()),
+                       std::string(key) + " entries must be non-negative integers, got '" + s +
+                           "'");
+    }
+    out.push_back(std::stoull(s));
+  }
+  return out;
+}
+
+Layout read_layout(const ConfigView& c, u64 layers, Diagnostics& diag) {
+  Layout out;
+  const std::string& type = c.model_type();
+  for (const auto& r : k_refused) {
+    if (type == r.model_type) {
+      throw InputError(SourceLocation{c.file(), 1, 1},
+                       "model_type '" + type + "' " + std::string(r.why) +
+                           "; kvcalc does not model it — write a kvcalc YAML that approximates "
+                           "it (docs/model-format.md)");
+    }
+  }
+  // Nemotron-H: one character per layer.
+  if (auto hit = c.find({"hybrid_override_pattern"})) {
+    const MapReader& scope = *hit->first;
+    c.locations()->add("layer_pattern", scope.where(hit->second));
+    std::string pattern = *scope.text(hit->second);
+    if (pattern.size() != layers) {
+      scope.fail(hit->second, "hybrid_override_pattern has " + std::to_string(pattern.size()) +
+                                  " characters but the model has " + std::to_string(layers) +
+                                  " layers");
+    }
+    for (char ch : pattern) {
+      switch (ch) {
+      case 'M':
+        out.types.push_back(LayerType::state);
+        out.ffn.push_back(FfnType::none);
+        break;
+      case '*':
+        out.types.push_back(LayerType::full);
+        out.ffn.push_back(FfnType::none);
+        break;
+      case '-':
+        out.types.push_back(LayerType::none);
+        out.ffn.push_back(FfnType::dense);
+        break;
+      case 'E':
+        out.types.push_back(LayerType::none);
+        out.ffn.push_back(FfnType::moe);
+        break;
+      default:
+        scope.fail(hit->second, std::string("hybrid_override_pattern character '") + ch +
+                                    "' is not one kvcalc reads (M: Mamba-2, *: attention, -: "
+                                    "MLP, E: MoE)");
+      }
+    }
+    out.state = StateKind::mamba2;
+    return out;
+  }
+  if (auto hit = c.find({"layer_types", "layers_block_type"})) {
+    const MapReader& scope = *hit->first;
+    c.locations()->add("layer_pattern", scope.where(hit->second));
+    YAML::Node list = scope.node(hit->second);
+    if (!list.IsSequence() || list.size() != layers) {
+      scope.fail(hit->second, std::string(hit->second) + " must list one type per layer (" +
+                                  std::to_string(layers) + " layers)");
+    }
+    bool ffn = false;
+    for (const auto& item : list) {
+      auto [mixer, part] = layer_word(item, scope);
+      out.types.push_back(mixer);
+      ffn = ffn || part.has_value();
+      out.ffn.push_back(part.value_or(FfnType::none));
+    }
+    if (!ffn) {
+      out.ffn.clear();
+    }
+    out.state = state_kind_of(c);
+    return out;
+  }
+  // MiniMax: 0 lightning (linear) attention, 1 softmax attention.
+  if (auto hit = c.find({"attn_type_list", "decoder_attention_types"})) {
+    for (u64 v : int_list(*hit->first, hit->second, layers, true)) {
+      if (v > 1) {
+        hit->first->fail(hit->second,
+                         std::string(hit->second) + " entries must be 0 (linear) or 1 (softmax)");
+      }
+      out.types.push_back(v == 1 ? LayerType::full : LayerType::state);
+    }
+    out.state = StateKind::lightning;
+    return out;
+  }
+  // Kimi-Linear: 1-based lists of KDA and full-attention (MLA) layers.
+  if (auto linear = c.map("linear_attn_config"); linear && linear->has("kda_layers")) {
+    out.types.assign(layers, LayerType::none);
+    std::vector<bool> seen(layers, false);
+    for (auto [key, t] : {std::pair{"kda_layers", LayerType::state},
+                          std::pair{"full_attn_layers", LayerType::full}}) {
+      if (!linear->has(key)) {
+        continue;
+      }
+      for (u64 one_based : int_list(*linear, key, layers, false)) {
+        if (one_based == 0 || one_based > layers || seen[one_based - 1]) {
+          linear->fail(key, std::string(key) + " entries are 1-based layer numbers from 1 to " +
+                                std::to_string(layers) + ", each once; got " +
+                                std::to_string(one_based));
+        }
+        seen[one_based - 1] = true;
+        out.types[one_based - 1] = t;
+      }
+    }
+    if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
+      linear->fail("kda_layers", "kda_layers and full_attn_layers must name every layer");
+    }
+    out.state = StateKind::kda;
+    return out;
+  }
+  // Qwen3-Next without layer_types: every interval-th layer is full attention.
   if (auto interval = c.count({"full_attention_interval"}, "layer_pattern")) {
     if (*interval == 0) {
       throw InputError(c.scopes().front().where("full_attention_interval"),
                        "full_attention_interval must be at least 1");
     }
-    m.layer_types =
-        expand_layer_pattern("state*" + std::to_string(*interval - 1) + ", full", m.layers);
-    if (*interval == 1) {
-      m.layer_types.assign(m.layers, LayerType::full);
+    for (u64 i = 0; i < layers; ++i) {
+      out.types.push_back((i + 1) % *interval == 0 ? LayerType::full : LayerType::state);
     }
-    return;
+    out.state = state_kind_of(c);
+    return out;
   }
-  m.layer_types.assign(m.layers, LayerType::full);
-  if (!window || *window == 0) {
-    return;
-  }
-  if (auto use = c.flag({"use_sliding_window"}); use && !*use) {
-    diag.warnings.push_back("sliding_window " + std::to_string(*window) +
-                            " is ignored because use_sliding_window is false: every layer "
-                            "attends to the full context");
-    return;
-  }
-  m.sliding_window = *window;
-  const std::string& type = c.model_type();
-  if (auto pattern = c.count({"sliding_window_pattern"}, "layer_pattern")) {
-    // transformers: layer i is global when (i + 1) % pattern == 0.
-    if (*pattern <= 1) {
-      m.layer_types.assign(m.layers, LayerType::full);
-      m.sliding_window = 0;
-    } else {
-      m.layer_types = expand_layer_pattern(std::to_string(*pattern - 1) + ":1", m.layers);
+  // Jamba: attention where i % period == offset, Mamba elsewhere.
+  if (auto period = c.count({"attn_layer_period"}, "layer_pattern")) {
+    u64 offset = c.count({"attn_layer_offset"}, "layer_pattern").value_or(0);
+    if (*period == 0 || offset >= *period) {
+      throw InputError(c.scopes().front().where("attn_layer_period"),
+                       "attn_layer_period must be at least 1 and above attn_layer_offset");
     }
-    return;
-  }
-  if (type == "gemma2") {
-    diag.warnings.push_back("gemma2 config without layer_types: even layers slide (window " +
-                            std::to_string(*window) +
-                            "), odd layers are global, as in "
-                            "transformers' Gemma2");
-    m.layer_types = expand_layer_pattern("alternating", m.layers);
-    return;
-  }
-  if (type == "qwen2" || type == "qwen2_moe" || type == "qwen3" || type == "qwen3_moe") {
-    u64 first = c.count({"max_window_layers"}, "layer_pattern").value_or(0);
-    for (u64 i = first; i < m.layers; ++i) {
-      m.layer_types[i] = LayerType::sliding;
+    for (u64 i = 0; i < layers; ++i) {
+      out.types.push_back(i % *period == offset ? LayerType::full : LayerType::state);
     }
-    diag.warnings.push_back("use_sliding_window is on: layers " + std::to_string(first) +
-                            " and above slide (max_window_layers), as in transformers' " + type);
-    if (first >= m.layers) {
-      m.sliding_window = 0;
+    out.state = StateKind::mamba1;
+    return out;
+  }
+  // Bamba: attention on the listed layers.
+  if (auto hit = c.find({"attn_layer_indices"})) {
+    out.types.assign(layers, LayerType::state);
+    for (u64 i : int_list(*hit->first, hit->second, layers, false)) {
+      if (i >= layers) {
+        hit->first->fail(hit->second,
+                         "attn_layer_indices entries must be below " + std::to_string(layers));
+      }
+      out.types[i] = LayerType::full;
     }
-    return;
+    out.state = StateKind::mamba2;
+    return out;
   }
-  if (type != "mistral" && type != "mixtral") {
-    diag.warnings.push_back("sliding_window " + std::to_string(*window) +
-                            " with no layer_types or sliding_window_pattern: every layer is "
-                            "taken to slide (as in Mistral)");
+  // Attention-free models: every layer is a Mamba mixer.
+  if (type == "mamba" || type == "mamba2" || type == "falcon_mamba") {
+    out.types.assign(layers, LayerType::state);
+    out.ffn.assign(layers, FfnType::none);
+    out.state = type == "mamba2" ? StateKind::mamba2 : StateKind::mamba1;
+    return out;
   }
-  m.layer_types.assign(m.layers, LayerType::sliding);
+  // Llama 4: RoPE layers attend over their chunk; NoPE layers (every interval-th, or those
+  // no_rope_layers marks 0) attend over everything.
+  if (auto chunk = c.count({"attention_chunk_size"}, "attention_chunk"); chunk && *chunk > 0) {
+    std::vector<u64> rope;
+    if (auto hit = c.find({"no_rope_layers"})) {
+      rope = int_list(*hit->first, hit->second, layers, false);
+      if (!rope.empty() && rope.size() != layers) {
+        hit->first->fail(hit->second, "no_rope_layers must list one value per layer (" +
+                                          std::to_string(layers) + ") or be empty");
+      }
+    }
+    if (rope.empty()) {
+      u64 interval = c.count({"no_rope_layer_interval"}, "layer_pattern").value_or(4);
+      if (interval == 0) {
+        throw InputError(SourceLocation{c.file(), 1, 1},
+                         "no_rope_layer_interval must be at least 1");
+      }
+      for (u64 i = 0; i < layers; ++i) {
+        rope.push_back((i + 1) % interval != 0 ? 1 : 0);
+      }
+      if (!c.present("no_rope_layer_interval")) {
+        diag.warnings.push_back("config has attention_chunk_size but no no_rope_layers: every " +
+                                std::to_string(interval) +
+                                "th layer is taken to be a global (NoPE) layer, as in "
+                                "transformers' Llama4TextConfig");
+      }
+    }
+    for (u64 r : rope) {
+      out.types.push_back(r != 0 ? LayerType::chunked : LayerType::full);
+    }
+    return out;
+  }
+  out.types.assign(layers, LayerType::full);
+  return out;
 }
 
-void read_linear_state(const ConfigView& c, Model& m) {
+/// The window of sliding layers, and which layers slide when the layout did not say.
+void read_windows(const ConfigView& c, Model& m, Diagnostics& diag, bool layout_given) {
+  auto window = c.count({"sliding_window", "sliding_window_size"}, "sliding_window");
+  if (auto other = c.count({"sliding_window_size"}, "sliding_window"); other && window != other) {
+    throw InputError(c.scopes().front().where("sliding_window_size"),
+                     "sliding_window and sliding_window_size disagree (" +
+                         std::to_string(window.value_or(0)) + " and " + std::to_string(*other) +
+                         "); kvcalc cannot tell which window the layers use");
+  }
+  c.consume({"use_sliding_window", "sliding_window_pattern", "max_window_layers"});
+  bool slides = count_layers(m, LayerType::sliding) > 0;
+  const std::string& type = c.model_type();
+  if (layout_given) {
+    if (slides) {
+      if (!window || *window == 0) {
+        throw InputError(c.locations()->find("layer_pattern"),
+                         "layer_types has sliding layers but sliding_window is not set");
+      }
+      m.sliding_window = *window;
+    }
+  } else if (window && *window > 0) {
+    if (auto use = c.flag({"use_sliding_window"}); use && !*use) {
+      diag.warnings.push_back("sliding_window " + std::to_string(*window) +
+                              " is ignored because use_sliding_window is false: every layer "
+                              "attends to the full context");
+    } else if (auto pattern = c.count({"sliding_window_pattern"}, "layer_pattern")) {
+      // transformers: layer i is global when (i + 1) % pattern == 0.
+      if (*pattern > 1) {
+        for (u64 i = 0; i < m.layers; ++i) {
+          if ((i + 1) % *pattern != 0 && m.layer_types[i] == LayerType::full) {
+            m.layer_types[i] = LayerType::sliding;
+          }
+        }
+      }
+    } else if (type == "gemma2") {
+      diag.warnings.push_back("gemma2 config without layer_types: even layers slide (window " +
+                              std::to_string(*window) +
+                              "), odd layers are global, as in transformers' Gemma2");
+      for (u64 i = 0; i < m.layers; i += 2) {
+        m.layer_types[i] = LayerType::sliding;
+      }
+    } else if (type == "qwen2" || type == "qwen2_moe" || type == "qwen3" || type == "qwen3_moe") {
+      u64 first = c.count({"max_window_layers"}, "layer_pattern").value_or(0);
+      for (u64 i = first; i < m.layers; ++i) {
+        m.layer_types[i] = LayerType::sliding;
+      }
+      diag.warnings.push_back("use_sliding_window is on: layers " + std::to_string(first) +
+                              " and above slide (max_window_layers), as in transformers' " + type);
+    } else if (std::all_of(m.layer_types.begin(), m.layer_types.end(),
+                           [](LayerType t) { return t == LayerType::full; })) {
+      if (type != "mistral" && type != "mixtral") {
+        diag.warnings.push_back("sliding_window " + std::to_string(*window) +
+                                " with no layer_types or sliding_window_pattern: every layer is "
+                                "taken to slide (as in Mistral)");
+      }
+      m.layer_types.assign(m.layers, LayerType::sliding);
+    }
+    slides = count_layers(m, LayerType::sliding) > 0;
+    if (slides) {
+      m.sliding_window = *window;
+    }
+  }
+  // A window as long as the model's context never binds: the layers attend over everything.
+  if (slides && m.max_context != 0 && m.sliding_window >= m.max_context) {
+    diag.warnings.push_back("sliding_window " + group_digits(m.sliding_window) +
+                            " is not below max_position_embeddings " + group_digits(m.max_context) +
+                            ": it never binds, so the sliding layers are read as full attention");
+    std::replace(m.layer_types.begin(), m.layer_types.end(), LayerType::sliding, LayerType::full);
+    m.sliding_window = 0;
+  }
+}
+
+/// The attention of the attending layers: heads, KV heads, widths, or MLA's latent.
+void read_attention(const ConfigView& c, Model& m, Diagnostics& diag) {
+  const std::string& type = c.model_type();
+  Attention& a = m.attention;
+  a.heads =
+      c.required({"num_attention_heads", "n_head", "num_heads"}, "attention.heads", "query heads");
+  if (auto rank = c.count({"kv_lora_rank"}, "attention.kv_lora_rank"); rank && *rank > 0) {
+    a.kind = AttentionKind::mla;
+    a.mla.kv_lora_rank = *rank;
+    a.mla.q_lora_rank = c.count({"q_lora_rank"}, "attention.q_lora_rank").value_or(0);
+    a.mla.qk_rope_head_dim =
+        c.required({"qk_rope_head_dim"}, "attention.qk_rope_head_dim", "MLA decoupled RoPE width");
+    a.mla.qk_nope_head_dim = c.required({"qk_nope_head_dim"}, "attention.qk_nope_head_dim",
+                                        "MLA per-head non-RoPE width");
+    if (auto v = c.count({"v_head_dim"}, "attention.v_head_dim")) {
+      a.mla.v_head_dim = *v;
+    } else if (a.heads != 0 && m.hidden_size % a.heads == 0) {
+      a.mla.v_head_dim = m.hidden_size / a.heads;
+      diag.warnings.push_back("MLA config has no v_head_dim: taking hidden_size / heads = " +
+                              std::to_string(a.mla.v_head_dim));
+    } else {
+      (void)c.required({"v_head_dim"}, "attention.v_head_dim", "MLA per-head value width");
+    }
+    // The per-head width and KV-head count of an MLA model describe its expanded heads; the
+    // cache is the latent (head_dim of Kimi-Linear's config is an unused 72).
+    c.consume({"head_dim", "num_key_value_heads", "num_kv_heads"});
+    a.kv_heads = a.heads;
+    a.head_dim = checked_add(a.mla.qk_nope_head_dim, a.mla.qk_rope_head_dim);
+    a.v_head_dim = a.mla.v_head_dim;
+    return;
+  }
+  c.consume({"qk_rope_head_dim", "qk_nope_head_dim", "q_lora_rank"});
+  if (is_falcon(type)) {
+    // Legacy "RefinedWeb" configs (Falcon-40B/180B) predate the flag and mean the new
+    // decoder architecture; "RefinedWebModel" (Falcon-7B) the old one.
+    bool new_arch = c.flag({"new_decoder_architecture"}).value_or(type == "RefinedWeb");
+    if (new_arch) {
+      a.kv_heads = c.count({"num_kv_heads", "n_head_kv"}, "attention.kv_heads").value_or(a.heads);
+    } else {
+      a.kv_heads = c.flag({"multi_query"}).value_or(true) ? 1 : a.heads;
+      c.consume({"num_kv_heads", "n_head_kv"});
+    }
+  } else if (type == "gpt_bigcode") {
+    a.kv_heads = c.flag({"multi_query"}).value_or(true) ? 1 : a.heads;
+  } else if (auto mq = c.flag({"multi_query_attention"})) {
+    // ChatGLM: multi_query_group_num KV groups when multi-query attention is on.
+    a.kv_heads = *mq ? c.required({"multi_query_group_num"}, "attention.kv_heads",
+                                  "KV groups of multi-query attention")
+                     : a.heads;
+  } else if (auto kv = c.count(
+                 {"num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"},
+                 "attention.kv_heads")) {
+    a.kv_heads = *kv;
+  } else {
+    a.kv_heads = a.heads;
+  }
+  a.kind = a.kv_heads == a.heads ? AttentionKind::mha
+           : a.kv_heads == 1     ? AttentionKind::mqa
+                                 : AttentionKind::gqa;
+  if (auto head_dim =
+          c.count({"head_dim", "kv_channels", "attention_head_dim"}, "attention.head_dim")) {
+    a.head_dim = *head_dim;
+  } else if (a.heads != 0 && m.hidden_size % a.heads == 0) {
+    a.head_dim = m.hidden_size / a.heads;
+  } else {
+    throw InputError(
+        m.hidden_size ? c.locations()->find("attention.heads") : SourceLocation{c.file(), 1, 1},
+        "config has no head_dim and hidden_size (" + std::to_string(m.hidden_size) +
+            ") is not a multiple of num_attention_heads (" + std::to_string(a.heads) + ")");
+  }
+  a.v_head_dim = c.count({"v_head_dim"}, "attention.v_head_dim").value_or(a.head_dim);
+  // Sliding layers with heads or widths of their own (MiMo-V2's swa_* keys).
+  if (count_layers(m, LayerType::sliding) > 0) {
+    auto kv = c.count({"swa_num_key_value_heads"}, "sliding_attention.kv_heads");
+    auto heads = c.count({"swa_num_attention_heads"}, "sliding_attention.heads");
+    auto dim = c.count({"swa_head_dim"}, "sliding_attention.head_dim");
+    auto v = c.count({"swa_v_head_dim"}, "sliding_attention.v_head_dim");
+    if (kv || heads || dim || v) {
+      Attention s = a;
+      s.heads = heads.value_or(a.heads);
+      s.kv_heads = kv.value_or(a.kv_heads);
+      s.head_dim = dim.value_or(a.head_dim);
+      s.v_head_dim = v.value_or(dim.value_or(a.v_head_dim));
+      s.kind = s.kv_heads == s.heads ? AttentionKind::mha
+               : s.kv_heads == 1     ? AttentionKind::mqa
+                                     : AttentionKind::gqa;
+      m.sliding_attention = s;
+    }
+  }
+  a.output_gate = c.flag({"attn_output_gate"}).value_or(type == "qwen3_next");
+}
+
+/// The state of the `state` layers, from the keys of their kind.
+void read_state(const ConfigView& c, Model& m, std::optional<StateKind> kind, Diagnostics& diag) {
   if (count_layers(m, LayerType::state) == 0) {
     return;
   }
-  auto key_heads = c.count({"linear_num_key_heads"}, "state.key_heads");
-  auto value_heads = c.count({"linear_num_value_heads"}, "state.heads");
-  auto key_dim = c.count({"linear_key_head_dim"}, "state.key_head_dim");
-  auto value_dim = c.count({"linear_value_head_dim"}, "state.head_dim");
-  auto kernel = c.count({"linear_conv_kernel_dim"}, "state.conv_kernel");
-  if (!key_heads || !value_heads || !key_dim || !value_dim || !kernel || *kernel == 0) {
-    throw InputError(SourceLocation{c.scopes().front().locations()->file(), 1, 1},
-                     "config has linear-attention layers but not the linear_num_key_heads, "
-                     "linear_num_value_heads, linear_key_head_dim, linear_value_head_dim and "
-                     "linear_conv_kernel_dim that size their state; write a kvcalc YAML with "
-                     "state (docs/model-format.md)");
+  if (!kind) {
+    throw InputError(SourceLocation{c.file(), 1, 1},
+                     "config has recurrent (linear or mamba) layers but none of the keys that "
+                     "size a state kvcalc knows (linear_num_value_heads, linear_attn_config, "
+                     "mamba_num_heads, num_heads with n_groups, state_size, mamba_d_state); "
+                     "write a kvcalc YAML with state (docs/model-format.md)");
   }
   StateSpec s;
-  s.kind = StateKind::gated_deltanet;
-  s.key_heads = *key_heads;
-  s.heads = *value_heads;
-  s.key_head_dim = *key_dim;
-  s.head_dim = *value_dim;
-  s.conv_kernel = *kernel;
+  s.kind = *kind;
+  auto need = [&](std::initializer_list<std::string_view> keys, std::string_view path,
+                  std::string_view meaning) { return c.required(keys, path, meaning); };
+  switch (*kind) {
+  case StateKind::gated_deltanet:
+    s.key_heads = need({"linear_num_key_heads"}, "state.key_heads", "Gated DeltaNet key heads");
+    s.heads = need({"linear_num_value_heads"}, "state.heads", "Gated DeltaNet value heads");
+    s.key_head_dim = need({"linear_key_head_dim"}, "state.key_head_dim", "key head width");
+    s.head_dim = need({"linear_value_head_dim"}, "state.head_dim", "value head width");
+    s.conv_kernel = need({"linear_conv_kernel_dim"}, "state.conv_kernel", "conv width");
+    break;
+  case StateKind::kda: {
+    auto linear = c.map("linear_attn_config");
+    if (!linear) {
+      throw InputError(SourceLocation{c.file(), 1, 1},
+                       "config has KDA layers but no linear_attn_config to size them");
+    }
+    s.heads = linear->required_count("num_heads", "KDA heads");
+    s.head_dim = linear->required_count("head_dim", "KDA head width");
+    s.conv_kernel = linear->count("short_conv_kernel_size").value_or(4);
+    break;
+  }
+  case StateKind::lightning:
+    s.heads = need({"num_attention_heads"}, "state.heads", "lightning attention heads");
+    s.head_dim = m.attention.head_dim;
+    if (s.head_dim == 0) {
+      s.head_dim = need({"head_dim"}, "state.head_dim", "lightning attention head width");
+    }
+    break;
+  case StateKind::mamba2: {
+    s.heads = need({"mamba_num_heads", "mamba_n_heads", "num_heads"}, "state.heads", "SSM heads");
+    s.head_dim = c.count({"mamba_head_dim", "mamba_d_head"}, "state.head_dim").value_or(0);
+    if (s.head_dim == 0 && !has_attention(m)) {
+      s.head_dim = c.count({"head_dim"}, "state.head_dim").value_or(0);
+    }
+    s.groups =
+        need({"n_groups", "mamba_n_groups", "mamba_ngroups"}, "state.groups", "groups of B and C");
+    s.state_size =
+        need({"ssm_state_size", "state_size", "mamba_d_state"}, "state.state_size", "d_state");
+    s.conv_kernel = need({"conv_kernel", "mamba_d_conv"}, "state.conv_kernel", "conv width");
+    if (c.present("mamba_num_heads")) {
+      // Nemotron-H: d_inner = mamba_num_heads × mamba_head_dim (its expand is unused).
+      s.inner = checked_mul(s.heads, s.head_dim);
+      c.consume({"expand"});
+    } else {
+      u64 expand = need({"mamba_expand", "expand"}, "state.inner", "the SSM expansion factor");
+      s.inner = checked_mul(expand, m.hidden_size);
+      if (s.head_dim == 0 && s.heads > 0) {
+        s.head_dim = s.inner / s.heads;
+      }
+    }
+    break;
+  }
+  case StateKind::mamba1:
+    s.state_size = need({"mamba_d_state", "state_size"}, "state.state_size", "d_state");
+    s.conv_kernel = need({"mamba_d_conv", "conv_kernel"}, "state.conv_kernel", "conv width");
+    if (auto expand = c.count({"mamba_expand"}, "state.inner")) {
+      s.inner = checked_mul(*expand, m.hidden_size); // Jamba: intermediate_size is its MLP
+    } else if (auto inner = c.count({"intermediate_size"}, "state.inner");
+               inner && !has_attention(m)) {
+      s.inner = *inner;
+      c.consume({"expand"});
+    } else {
+      s.inner =
+          checked_mul(need({"expand"}, "state.inner", "the SSM expansion factor"), m.hidden_size);
+    }
+    c.consume({"time_step_rank", "mamba_dt_rank"});
+    break;
+  case StateKind::custom:
+    break;
+  }
+  if (auto dtype = c.text({"mamba_ssm_cache_dtype", "mamba_ssm_dtype"})) {
+    try {
+      s.ssm_dtype = parse_dtype(*dtype, "mamba_ssm_cache_dtype");
+    } catch (const InputError& e) {
+      auto hit = c.find({"mamba_ssm_cache_dtype", "mamba_ssm_dtype"});
+      throw InputError(hit->first->where(hit->second), e.what());
+    }
+  } else if (c.model_type() == "nemotron_h") {
+    // NemotronHConfig's class default, which vLLM applies (NemotronHForCausalLMConfig).
+    s.ssm_dtype = DType::fp32;
+    diag.warnings.push_back("nemotron_h config without mamba_ssm_cache_dtype: the SSM state is "
+                            "taken in float32, NemotronHConfig's default");
+  }
   m.state = s;
+}
+
+/// What the MoE keys say: the experts, and on which layers.
+void read_ffn(const ConfigView& c, Model& m, Layout& layout, Diagnostics& diag) {
+  const std::string& type = c.model_type();
+  m.mlp.kind = contains(k_plain_mlp, type) ? MlpKind::plain : MlpKind::gated;
+  auto routed =
+      c.count({"n_routed_experts", "num_local_experts", "num_experts"}, "moe.routed_experts");
+  bool moe = routed && *routed > 1;
+  auto dense_width = [&] {
+    return c.count({"intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_hidden_size"},
+                   "mlp.intermediate_size");
+  };
+  if (moe) {
+    Moe e;
+    e.routed_experts = *routed;
+    e.experts_per_token = c.required(
+        {"num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk"},
+        "moe.experts_per_token", "experts each token is routed to");
+    if (auto expert = c.count({"moe_intermediate_size"}, "moe.expert_intermediate_size")) {
+      e.expert_intermediate_size = *expert;
+      m.mlp.intermediate_size =
+          c.count({"intermediate_size", "ffn_hidden_size"}, "mlp.intermediate_size").value_or(0);
+    } else {
+      e.expert_intermediate_size = c.required({"intermediate_size"}, "moe.expert_intermediate_size",
+                                              "the MLP width of one expert");
+      // Llama 4's dense layers have a width of their own.
+      m.mlp.intermediate_size =
+          c.count({"intermediate_size_mlp"}, "mlp.intermediate_size").value_or(0);
+    }
+    e.shared_experts =
+        c.count({"n_shared_experts", "num_shared_experts"}, "moe.shared_experts").value_or(0);
+    if (type == "llama4_text" || type == "llama4") {
+      e.shared_experts = 1; // Llama4TextMoe always has one shared expert of the expert width
+    }
+    e.shared_expert_intermediate_size = checked_mul(e.shared_experts, e.expert_intermediate_size);
+    if (auto shared = c.count({"shared_expert_intermediate_size", "shared_intermediate_size"},
+                              "moe.shared_experts")) {
+      if (*shared > 0) {
+        e.shared_experts = std::max<u64>(e.shared_experts, 1);
+      }
+      e.shared_expert_intermediate_size = *shared;
+      if (*shared == 0) {
+        e.shared_experts = 0;
+      }
+    }
+    e.first_dense_layers = c.count({"first_k_dense_replace"}, "moe.first_dense_layers").value_or(0);
+    // DeepSeek-V3's noaux_tc routing adds a per-expert correction bias (transformers'
+    // DeepseekV3 router always has it); gpt-oss has a router bias.
+    e.router_bias = c.text({"topk_method"}).value_or("") == "noaux_tc" || type == "deepseek_v3" ||
+                    type == "kimi_k2" || type == "deepseek_v32" || type == "gpt_oss" ||
+                    type == "glm4_moe";
+    m.moe = e;
+  } else {
+    auto width = dense_width();
+    m.mlp.intermediate_size = width && *width > 0 ? *width : checked_mul(4, m.hidden_size);
+    if ((!width || *width == 0) && std::any_of(m.layer_types.begin(), m.layer_types.end(),
+                                               [](LayerType t) { return t != LayerType::state; })) {
+      diag.warnings.push_back("config has no MLP width: taking 4 × hidden_size = " +
+                              std::to_string(m.mlp.intermediate_size));
+    }
+  }
+  c.consume({"moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
+             "interleave_moe_layer_step", "moe_layers", "expert_layer_period",
+             "expert_layer_offset"});
+  if (!layout.ffn.empty()) {
+    m.ffn_types = layout.ffn;
+    if (std::find(m.ffn_types.begin(), m.ffn_types.end(), FfnType::dense) == m.ffn_types.end()) {
+      m.mlp.intermediate_size = 0; // no dense layer: an intermediate_size is the state's
+    }
+    if (m.moe &&
+        std::find(m.ffn_types.begin(), m.ffn_types.end(), FfnType::moe) == m.ffn_types.end()) {
+      m.moe.reset();
+    }
+    return;
+  }
+  if (!moe) {
+    m.ffn_types.assign(m.layers, FfnType::dense);
+    return;
+  }
+  // Which layers are MoE: DeepSeek's first_k_dense_replace and moe_layer_freq (an interval or
+  // a per-layer list), Qwen's decoder_sparse_step and mlp_only_layers, Llama 4's
+  // interleave_moe_layer_step, Jamba's expert period and offset.
+  u64 first_dense = m.moe->first_dense_layers;
+  std::vector<FfnType> out(m.layers, FfnType::moe);
+  for (u64 i = 0; i < std::min(first_dense, m.layers); ++i) {
+    out[i] = FfnType::dense;
+  }
+  if (auto hit = c.find({"moe_layer_freq"})) {
+    YAML::Node node = hit->first->node(hit->second);
+    if (node.IsSequence()) {
+      std::vector<u64> flags = int_list(*hit->first, hit->second, m.layers, true);
+      for (u64 i = 0; i < m.layers; ++i) {
+        out[i] = flags[i] != 0 ? FfnType::moe : FfnType::dense;
+      }
+    } else if (u64 freq = hit->first->count(hit->second).value_or(1); freq > 1) {
+      for (u64 i = first_dense; i < m.layers; ++i) {
+        out[i] = i % freq == 0 ? FfnType::moe : FfnType::dense;
+      }
+    }
+  }
+  if (auto step = c.count({"decoder_sparse_step"}, "ffn_pattern"); step && *step > 1) {
+    for (u64 i = 0; i < m.layers; ++i) {
+      out[i] = (i + 1) % *step == 0 ? out[i] : FfnType::dense;
+    }
+  }
+  if (auto step = c.count({"interleave_moe_layer_step"}, "ffn_pattern"); step && *step > 1) {
+    for (u64 i = 0; i < m.layers; ++i) {
+      out[i] = (i + 1) % *step == 0 ? FfnType::moe : FfnType::dense;
+    }
+  }
+  if (auto period = c.count({"expert_layer_period"}, "ffn_pattern")) {
+    u64 offset = c.count({"expert_layer_offset"}, "ffn_pattern").value_or(0);
+    if (*period == 0 || offset >= *period) {
+      throw InputError(c.locations()->find("ffn_pattern"),
+                       "expert_layer_period must be at least 1 and above expert_layer_offset");
+    }
+    for (u64 i = 0; i < m.layers; ++i) {
+      out[i] = i % *period == offset ? FfnType::moe : FfnType::dense;
+    }
+  }
+  for (auto key : {"mlp_only_layers", "moe_layers"}) {
+    auto hit = c.find({key});
+    if (!hit || !hit->first->node(hit->second).IsSequence()) {
+      continue;
+    }
+    std::vector<u64> listed = int_list(*hit->first, hit->second, m.layers, false);
+    if (std::string_view(key) == "moe_layers") {
+      std::fill(out.begin(), out.end(), FfnType::dense);
+    }
+    for (u64 i : listed) {
+      if (i >= m.layers) {
+        hit->first->fail(hit->second,
+                         std::string(key) + " entries must be below " + std::to_string(m.layers));
+      }
+      out[i] = std::string_view(key) == "moe_layers" ? FfnType::moe : FfnType::dense;
+    }
+  }
+  if (std::find(out.begin(), out.end(), FfnType::dense) != out.end() &&
+      m.mlp.intermediate_size == 0) {
+    m.mlp.intermediate_size =
+        c.required({"intermediate_size"}, "mlp.intermediate_size", "the width of the dense layers");
+  }
+  m.ffn_types = out;
 }
 
 /// The terms that only the parameter count sees: biases, norms, sinks, position tables.
 void read_block_details(const ConfigView& c, Model& m) {
   const std::string& type = c.model_type();
   bool gpt_style = type == "gpt_bigcode" || type == "gpt2";
-  bool falcon = type == "falcon" || type == "RefinedWeb" || type == "RefinedWebModel";
-  if (gpt_style || falcon) {
+  bool falcon = is_falcon(type);
+  bool neox = type == "gpt_neox" || type == "gptj";
+  if (gpt_style || falcon || neox) {
     m.norm = NormKind::layer;
   }
   if (type == "gemma2" || type == "gemma3" || type == "gemma3_text") {
     m.norms_per_layer = 4;
   }
-  if (falcon && !c.flag({"new_decoder_architecture"}).value_or(type == "RefinedWeb") &&
-      c.flag({"parallel_attn"}).value_or(true)) {
-    m.norms_per_layer = 1; // Falcon-7B: one LayerNorm feeds attention and MLP in parallel
+  if ((falcon && !c.flag({"new_decoder_architecture"}).value_or(type == "RefinedWeb") &&
+       c.flag({"parallel_attn"}).value_or(true)) ||
+      type == "gptj" || type == "nemotron_h") {
+    m.norms_per_layer = 1; // one norm feeds a parallel block (Falcon-7B, GPT-J) or the mixer
   }
   m.learned_position_embeddings = gpt_style;
-  if (gpt_style || type == "gpt_oss" || c.flag({"attention_bias"}).value_or(false) ||
-      (falcon && c.flag({"bias"}).value_or(false))) {
+  if (gpt_style || type == "gpt_oss" || type == "gpt_neox" ||
+      c.flag({"attention_bias"}).value_or(false) || (falcon && c.flag({"bias"}).value_or(false))) {
     m.attention.bias = AttentionBias::all;
-  } else if (type == "qwen2" || type == "qwen2_moe") {
+  } else if (type == "qwen2" || type == "qwen2_moe" ||
+             c.flag({"add_qkv_bias", "qkv_bias"}).value_or(false)) {
     m.attention.bias = AttentionBias::qkv;
   }
+  // Llama 4's use_qk_norm is a weightless L2 norm; GLM-4.5's an RMSNorm with weights.
+  bool llama4 = type == "llama4_text" || type == "llama4";
   m.attention.qk_norm = type == "qwen3" || type == "qwen3_moe" || type == "qwen3_next" ||
-                        type == "gemma3" || type == "gemma3_text";
+                        type == "qwen3_5_text" || type == "gemma3" || type == "gemma3_text" ||
+                        (!llama4 && c.flag({"use_qk_norm"}).value_or(false));
   m.attention.sinks = type == "gpt_oss";
-  m.mlp.bias = gpt_style || type == "gpt_oss" || c.flag({"mlp_bias"}).value_or(false);
+  m.mlp.bias = gpt_style || type == "gpt_oss" || neox || c.flag({"mlp_bias"}).value_or(false);
 }
 
 } // namespace
@@ -340,10 +1022,14 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
   MapReader top(root, "", locations);
   std::vector<MapReader> scopes;
-  if (auto text_config = top.map("text_config")) {
-    scopes.push_back(*text_config);
-    diag.warnings.push_back("config nests its language model in text_config: reading the "
-                            "architecture from there (vision tower not counted)");
+  for (auto nested : {"text_config", "llm_config"}) {
+    if (auto inner = top.map(nested)) {
+      scopes.push_back(*inner);
+      diag.warnings.push_back("config nests its language model in " + std::string(nested) +
+                              ": reading the architecture from there (vision tower not "
+                              "counted)");
+      break;
+    }
   }
   scopes.push_back(top);
   std::string model_type;
@@ -353,12 +1039,20 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
       break;
     }
   }
+  std::string architecture;
+  for (const auto& s : scopes) {
+    if (!s.has("architectures")) {
+      continue;
+    }
+    if (YAML::Node arch = s.node("architectures");
+        arch.IsSequence() && arch.size() > 0 && arch[0].IsScalar()) {
+      architecture = arch[0].Scalar();
+      break;
+    }
+  }
   if (model_type.empty()) {
     // Some remote-code configs omit model_type; the architecture class names the family.
-    if (YAML::Node arch = root["architectures"];
-        arch.IsSequence() && arch.size() > 0 && arch[0].IsScalar()) {
-      model_type = arch[0].Scalar();
-    }
+    model_type = architecture;
     diag.warnings.push_back(
         "config has no model_type: reading it as " +
         (model_type.empty() ? std::string("a generic decoder") : "'" + model_type + "'"));
@@ -366,15 +1060,7 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   ConfigView c(scopes, locations, model_type, file);
 
   Model m;
-  for (const auto& scope : c.scopes()) {
-    if (!scope.has("architectures")) {
-      continue;
-    }
-    if (YAML::Node arch = scope.node("architectures");
-        arch.IsSequence() && arch.size() > 0 && arch[0].IsScalar()) {
-      m.architecture = arch[0].Scalar();
-    }
-  }
+  m.architecture = architecture;
   m.display_name = display_name_for(c, file);
   m.name = registry_name(m.display_name);
   m.source = file;
@@ -411,8 +1097,18 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
     }
   }
 
-  m.layers =
-      c.required({"num_hidden_layers", "n_layer", "num_layers"}, "layers", "the number of layers");
+  // Sizes every model has.
+  std::optional<u64> layers = c.count({"num_hidden_layers", "n_layer", "num_layers"}, "layers");
+  if (!layers) {
+    if (auto pattern = c.text({"hybrid_override_pattern"})) {
+      layers = pattern->size(); // newer Nemotron-H configs derive the count from the pattern
+    }
+  }
+  if (!layers) {
+    (void)c.required({"num_hidden_layers", "n_layer", "num_layers"}, "layers",
+                     "the number of layers");
+  }
+  m.layers = *layers;
   try {
     check_layer_count(m.layers);
   } catch (const InputError& e) {
@@ -421,131 +1117,68 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   }
   m.hidden_size =
       c.required({"hidden_size", "n_embd", "d_model"}, "hidden_size", "the model width");
-  m.vocab_size = c.required({"vocab_size"}, "vocab_size", "the vocabulary size");
-  m.max_context =
-      c.count({"max_position_embeddings", "n_positions", "seq_length"}, "max_context").value_or(0);
+  m.vocab_size = c.count({"vocab_size", "padded_vocab_size"}, "vocab_size").value_or(0);
+  if (m.vocab_size == 0) {
+    diag.warnings.push_back("config has no vocab_size: footprints need none; weights and "
+                            "capacity do (set vocab_size in a kvcalc YAML)");
+  }
+  m.max_context = c.count({"max_position_embeddings", "n_positions", "seq_length",
+                           "max_sequence_length", "model_max_length"},
+                          "max_context")
+                      .value_or(0);
   if (auto tied = c.flag({"tie_word_embeddings"})) {
     m.tie_word_embeddings = *tied;
   } else {
     m.tie_word_embeddings = contains(k_tied_by_default, model_type);
   }
 
-  Attention& a = m.attention;
-  a.heads =
-      c.required({"num_attention_heads", "n_head", "num_heads"}, "attention.heads", "query heads");
-  if (c.count({"kv_lora_rank"}, "attention.kv_lora_rank")) {
-    a.kind = AttentionKind::mla;
-    a.mla.kv_lora_rank = *c.count({"kv_lora_rank"}, "attention.kv_lora_rank");
-    a.mla.q_lora_rank = c.count({"q_lora_rank"}, "attention.q_lora_rank").value_or(0);
-    a.mla.qk_rope_head_dim =
-        c.required({"qk_rope_head_dim"}, "attention.qk_rope_head_dim", "MLA decoupled RoPE width");
-    a.mla.qk_nope_head_dim = c.required({"qk_nope_head_dim"}, "attention.qk_nope_head_dim",
-                                        "MLA per-head non-RoPE width");
-    if (auto v = c.count({"v_head_dim"}, "attention.v_head_dim")) {
-      a.mla.v_head_dim = *v;
-    } else if (a.heads != 0 && m.hidden_size % a.heads == 0) {
-      a.mla.v_head_dim = m.hidden_size / a.heads;
-      diag.warnings.push_back("MLA config has no v_head_dim: taking hidden_size / heads = " +
-                              std::to_string(a.mla.v_head_dim));
-    } else {
-      (void)c.required({"v_head_dim"}, "attention.v_head_dim", "MLA per-head value width");
+  // The layout, then what each kind of layer holds.
+  Layout layout = read_layout(c, m.layers, diag);
+  m.layer_types = layout.types;
+  bool layout_given = c.present("layer_types") || c.present("layers_block_type") ||
+                      c.present("hybrid_override_pattern");
+  read_windows(c, m, diag, layout_given);
+  if (count_layers(m, LayerType::chunked) > 0) {
+    auto chunk = c.count({"attention_chunk_size"}, "attention_chunk");
+    if (!chunk || *chunk == 0) {
+      throw InputError(c.locations()->find("layer_pattern"),
+                       "layer_types has chunked layers but attention_chunk_size (tokens) is not "
+                       "set");
     }
-    a.kv_heads = a.heads;
-    a.head_dim = checked_add(a.mla.qk_nope_head_dim, a.mla.qk_rope_head_dim);
-    a.v_head_dim = a.mla.v_head_dim;
+    m.attention_chunk = *chunk;
+    if (m.max_context != 0 && m.attention_chunk >= m.max_context) {
+      diag.warnings.push_back("attention_chunk_size " + group_digits(m.attention_chunk) +
+                              " is not below max_position_embeddings: it never binds, so the "
+                              "chunked layers are read as full attention");
+      std::replace(m.layer_types.begin(), m.layer_types.end(), LayerType::chunked, LayerType::full);
+      m.attention_chunk = 0;
+    }
   } else {
-    if (model_type == "falcon" || model_type == "RefinedWeb" || model_type == "RefinedWebModel") {
-      // Legacy "RefinedWeb" configs (Falcon-40B/180B) predate the flag and mean the new
-      // decoder architecture; "RefinedWebModel" (Falcon-7B) the old one.
-      bool new_arch = c.flag({"new_decoder_architecture"}).value_or(model_type == "RefinedWeb");
-      if (new_arch) {
-        a.kv_heads = c.count({"num_kv_heads", "n_head_kv"}, "attention.kv_heads").value_or(a.heads);
-      } else if (c.flag({"multi_query"}).value_or(true)) {
-        a.kv_heads = 1;
-      } else {
-        a.kv_heads = a.heads;
-      }
-    } else if (model_type == "gpt_bigcode") {
-      a.kv_heads = c.flag({"multi_query"}).value_or(true) ? 1 : a.heads;
-    } else if (auto kv = c.count({"num_key_value_heads", "num_kv_heads", "n_head_kv"},
-                                 "attention.kv_heads")) {
-      a.kv_heads = *kv;
-    } else {
-      a.kv_heads = a.heads;
-    }
-    if (a.kv_heads == a.heads) {
-      a.kind = AttentionKind::mha;
-    } else if (a.kv_heads == 1) {
-      a.kind = AttentionKind::mqa;
-    } else {
-      a.kind = AttentionKind::gqa;
-    }
-    if (auto head_dim = c.count({"head_dim"}, "attention.head_dim")) {
-      a.head_dim = *head_dim;
-    } else if (a.heads != 0 && m.hidden_size % a.heads == 0) {
-      a.head_dim = m.hidden_size / a.heads;
-    } else {
-      throw InputError(locations->find("attention.heads"),
-                       "config has no head_dim and hidden_size (" + std::to_string(m.hidden_size) +
-                           ") is not a multiple of num_attention_heads (" +
-                           std::to_string(a.heads) + ")");
-    }
-    a.v_head_dim = a.head_dim;
+    c.consume({"attention_chunk_size", "no_rope_layers", "no_rope_layer_interval"});
   }
-
-  m.mlp.kind = contains(k_plain_mlp, model_type) ? MlpKind::plain : MlpKind::gated;
+  if (has_attention(m)) {
+    read_attention(c, m, diag);
+  }
+  read_state(c, m, layout.state, diag);
+  read_ffn(c, m, layout, diag);
   read_block_details(c, m);
-  auto routed =
-      c.count({"n_routed_experts", "num_local_experts", "num_experts"}, "moe.routed_experts");
-  if (routed && *routed > 0) {
-    Moe e;
-    e.routed_experts = *routed;
-    e.experts_per_token = c.required(
-        {"num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk"},
-        "moe.experts_per_token", "experts each token is routed to");
-    if (auto expert = c.count({"moe_intermediate_size"}, "moe.expert_intermediate_size")) {
-      e.expert_intermediate_size = *expert;
-      m.mlp.intermediate_size = c.count({"intermediate_size"}, "mlp.intermediate_size").value_or(0);
-    } else {
-      e.expert_intermediate_size = c.required({"intermediate_size"}, "moe.expert_intermediate_size",
-                                              "the MLP width of one expert");
-    }
-    e.shared_experts = c.count({"n_shared_experts"}, "moe.shared_experts").value_or(0);
-    e.shared_expert_intermediate_size = checked_mul(e.shared_experts, e.expert_intermediate_size);
-    if (auto shared = c.count({"shared_expert_intermediate_size"}, "moe.shared_experts");
-        shared && *shared > 0) {
-      e.shared_experts = std::max<u64>(e.shared_experts, 1);
-      e.shared_expert_intermediate_size = *shared;
-    }
-    e.first_dense_layers = c.count({"first_k_dense_replace"}, "moe.first_dense_layers").value_or(0);
-    // DeepSeek-V3's noaux_tc routing adds a per-expert correction bias (transformers'
-    // DeepseekV3 router always has it); gpt-oss has a router bias.
-    e.router_bias = c.text({"topk_method"}).value_or("") == "noaux_tc" ||
-                    model_type == "deepseek_v3" || model_type == "kimi_k2" ||
-                    model_type == "gpt_oss";
-    for (std::string_view key : {"moe_layer_freq", "decoder_sparse_step"}) {
-      if (auto freq = c.count({key}, "moe"); freq && *freq > 1) {
-        throw InputError(SourceLocation{file, 1, 1},
-                         std::string(key) + " = " + std::to_string(*freq) +
-                             ": MoE on every n-th layer is not modelled; write a kvcalc YAML");
-      }
-    }
-    m.moe = e;
-  } else {
-    auto width =
-        c.count({"intermediate_size", "n_inner", "ffn_hidden_size"}, "mlp.intermediate_size");
-    m.mlp.intermediate_size = width && *width > 0 ? *width : checked_mul(4, m.hidden_size);
-    if (!width || *width == 0) {
-      diag.warnings.push_back("config has no MLP width: taking 4 × hidden_size = " +
-                              std::to_string(m.mlp.intermediate_size));
-    }
+  if (auto topk = c.count({"index_topk"}, "indexer.topk")) {
+    m.indexer =
+        Indexer{c.required({"index_n_heads"}, "indexer.heads", "indexer query heads"),
+                c.required({"index_head_dim"}, "indexer.head_dim", "indexer key width"), *topk};
   }
+  m.mtp_layers =
+      c.count({"num_nextn_predict_layers", "mtp_num_hidden_layers"}, "mtp_layers").value_or(0);
+  m.kv_shared_layers = c.count({"num_kv_shared_layers"}, "kv_shared_layers").value_or(0);
 
-  read_layer_types(c, m, diag);
-  read_linear_state(c, m);
-  m.ffn_types = ffn_types_of(std::nullopt, m.layers, m.moe);
-  m.mtp_layers = c.count({"num_nextn_predict_layers"}, "mtp_layers").value_or(0);
-
+  if (auto key = c.unread_cache_key()) {
+    throw InputError(key->second,
+                     "config key '" + key->first +
+                         "' may change the cache and kvcalc does not read it (model_type '" +
+                         model_type +
+                         "'); rather than guess, kvcalc stops — write a kvcalc YAML "
+                         "(docs/model-format.md) or report the family");
+  }
   validate_model(m, locations->locator());
   return m;
 }
@@ -560,7 +1193,7 @@ Model parse_model_document(const std::string& text, const std::string& file, Dia
     return parse_model_yaml(text, file);
   }
   for (const char* key : {"model_type", "architectures", "num_hidden_layers", "n_layer",
-                          "text_config", "num_attention_heads"}) {
+                          "num_layers", "text_config", "num_attention_heads"}) {
     if (root[key].IsDefined()) {
       return parse_hf_config(text, file, diag);
     }
