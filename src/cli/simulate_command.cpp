@@ -509,8 +509,21 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
     j["rates"] = c.step.rates.source;
     j["kv_pool"]["blocks"] = c.pool_blocks;
     j["kv_pool"]["block_size"] = c.block_size;
-    j["kv_pool"]["tokens"] = c.pool_blocks * c.block_size;
+    j["kv_pool"]["tokens"] = c.pool_unit == "blocks"   ? Json(c.pool_blocks * c.block_size)
+                             : c.pool_unit == "tokens" ? Json(c.pool_blocks)
+                                                       : Json();
     j["kv_pool"]["sequence_blocks_limit"] = c.sequence_blocks_limit;
+    j["kv_pool"]["unit"] = c.pool_unit;
+    Json pools = Json::array();
+    for (std::size_t p = 0; p < c.pools.size(); ++p) {
+      Json pj = Json::object();
+      pj["name"] = c.pools[p].name;
+      pj["unit"] = c.pools[p].unit;
+      pj["capacity"] = c.pools[p].capacity;
+      pj["sequence_limit"] = c.pool_limits[p];
+      pools.push_back(std::move(pj));
+    }
+    j["kv_pool"]["pools"] = std::move(pools);
     j["max_batched_tokens"] = c.max_batched_tokens;
     j["max_seqs"] = c.max_seqs;
     j["requests_arrived"] = x.requests_arrived;
@@ -579,10 +592,19 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
                         latency_cell(*l, l->p90), latency_cell(*l, l->p99),
                         latency_cell(*l, l->max)});
     }
-    std::string pool = s.config.block_size == 1
-                           ? group_digits(s.config.pool_blocks) + " tokens (token-granular)"
-                           : group_digits(s.config.pool_blocks) + " blocks of " +
-                                 group_digits(s.config.block_size) + " tokens";
+    const SimConfig& sc = s.config;
+    std::string pool =
+        sc.pool_unit == "bytes" ? group_digits(sc.pool_blocks) + " B"
+        : sc.pool_unit == "tokens"
+            ? group_digits(sc.pool_blocks) + " tokens" +
+                  (sc.block_size == 1 ? std::string(" (token-granular)")
+                                      : " in pages of " + group_digits(sc.block_size))
+            : group_digits(sc.pool_blocks) + " blocks of " + group_digits(sc.block_size) +
+                  " tokens";
+    for (std::size_t p = 1; p < sc.pools.size(); ++p) {
+      pool += ", " + sc.pools[p].name + " " + group_digits(sc.pools[p].capacity) + " " +
+              sc.pools[p].unit;
+    }
     d.notes.push_back(fmt::format(
         "KV pool {}; fragmentation {:.1f}% of allocated slots; {} steps, "
         "{:.1f} tokens each; mean concurrency {:.1f}; {} tokens recomputed, {} prefix tokens "

@@ -20,6 +20,56 @@ Engine parse_engine(std::string_view text) {
   return k_engines.parse(text);
 }
 
+u64 SequencePool::units_at(u64 tokens) const {
+  u64 total = 0;
+  for (const PoolTerm& t : terms) {
+    u64 blocks = 0;
+    switch (t.kind) {
+    case CacheKind::full:
+    case CacheKind::indexer:
+      blocks = ceil_div(tokens, t.block_size);
+      break;
+    case CacheKind::sliding:
+      // The blocks the window (tokens − window, tokens] overlaps; those before it are freed.
+      if (tokens > 0) {
+        u64 first = tokens > t.window ? (tokens - t.window) / t.block_size : 0;
+        blocks = (tokens - 1) / t.block_size - first + 1;
+      }
+      break;
+    case CacheKind::chunked:
+      if (tokens > 0) {
+        u64 start = (tokens - 1) / t.window * t.window;
+        blocks = ceil_div(tokens - start, t.block_size);
+      }
+      break;
+    case CacheKind::state:
+      blocks = 1;
+      break;
+    }
+    total = checked_add(total, checked_mul(blocks, t.units_per_block), "pool units");
+  }
+  return total;
+}
+
+u64 SequencePool::prefix_units(u64 blocks) const {
+  u64 total = 0;
+  for (const PoolTerm& t : terms) {
+    if (t.kind == CacheKind::full || t.kind == CacheKind::indexer) {
+      total = checked_add(total, checked_mul(blocks, t.units_per_block), "pool units");
+    }
+  }
+  return total;
+}
+
+u64 SequencePool::prefix_block_size() const {
+  for (const PoolTerm& t : terms) {
+    if (t.kind == CacheKind::full || t.kind == CacheKind::indexer) {
+      return t.block_size;
+    }
+  }
+  return 0;
+}
+
 namespace kv_detail {
 
 long long signed_difference(u64 budget, u64 used) {

@@ -72,12 +72,21 @@ public:
     r.block_size = block;
     r.kv_tokens = per_token ? in.pool_bytes / per_token * in.parallel.dcp : 0;
     r.state_slots = per_token == 0 && state > 0 ? in.pool_bytes / state : 0;
+    // A serving run draws bytes: each group's blocks (or tokens) at its per-token bytes, a
+    // state at its bytes; with dcp each rank holds 1/dcp of a sequence's tokens.
+    SequencePool bytes_pool{"bytes", "bytes", in.pool_bytes, {}};
+    u64 granule = std::max<u64>(block, 1);
     for (const auto& g : in.groups) {
       r.pool_groups.push_back(
           {g.name, g.layers, 1, is_per_token(g) ? block : 0,
-           is_per_token(g) ? g.spec.bytes_per_token * std::max<u64>(block, 1) : g.spec.state_bytes,
-           0});
+           is_per_token(g) ? g.spec.bytes_per_token * granule : g.spec.state_bytes, 0});
+      u64 per_block = is_per_token(g)
+                          ? checked_mul(checked_mul(g.spec.bytes_per_token, g.layers), granule)
+                          : checked_mul(g.spec.state_bytes, g.layers);
+      bytes_pool.terms.push_back({g.spec.kind, g.spec.window, granule,
+                                  ceil_div(per_block, is_per_token(g) ? in.parallel.dcp : 1)});
     }
+    r.sequence_pools.push_back(std::move(bytes_pool));
     if (per_token) {
       why.add("plain: ", bytes(in.pool_bytes), " // ", bytes(per_token),
               " per token = ", num(r.kv_tokens), " tokens");

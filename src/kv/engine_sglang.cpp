@@ -275,6 +275,24 @@ public:
       }
       r.pool_groups.push_back({"state", layers, 1, 0, pool->state_per_req, pool->state_slots});
     }
+    // A serving run draws tokens (in pages) from the full pool, window tokens from the sliding
+    // pool, and slots from the state pool.
+    if (full_cell > 0) {
+      r.sequence_pools.push_back(
+          {"full", "tokens", pool->full_tokens, {{CacheKind::full, 0, page, page}}});
+    }
+    if (swa_cell > 0) {
+      r.sequence_pools.push_back({"sliding",
+                                  "tokens",
+                                  pool->swa_tokens,
+                                  {{CacheKind::sliding, pool->window, page, page}}});
+    }
+    if (pool->state_per_req > 0) {
+      r.sequence_pools.push_back({"state",
+                                  "slots",
+                                  pool->state_slots,
+                                  {{CacheKind::state, 0, 1, k_mamba_slots_per_request}}});
+    }
     if (!in.settings.max_seqs) {
       // resolve_max_num_reqs: 512 per context of tokens, within [2048, 4096], at most half the
       // tokens; a state pool caps it at K / 3.

@@ -169,6 +169,13 @@ public:
               num(in.parallel.pp), " + 1) slots × ", bytes(state_per_req), " = ", bytes(intercept),
               " off the budget");
     }
+    if (attention_layers > 0) {
+      r.sequence_pools.push_back(
+          {"blocks", "blocks", r.num_blocks, {{CacheKind::full, 0, block, 1}}});
+    }
+    if (state_per_req > 0) {
+      r.sequence_pools.push_back({"state", "slots", r.state_slots, {{CacheKind::state, 0, 1, 1}}});
+    }
     if (windowed) {
       r.notes.push_back("TensorRT-LLM's KV cache manager V1 holds sliding and chunked layers at "
                         "the full context unless max_attention_window is set; they are counted "

@@ -281,6 +281,19 @@ public:
       r.pool_groups.push_back(pg);
     }
     n_groups = uniform_type ? 1 : n_groups;
+    // A serving run draws whole blocks from one pool, the null block held back.
+    SequencePool blocks{"blocks", "blocks", num_blocks > 0 ? num_blocks - 1 : 0, {}};
+    for (const auto& s : specs) {
+      if (uniform_type && &s != &specs.front()) {
+        continue; // one block spans every layer of a uniform-type group
+      }
+      u64 per = s.group->spec.kind == CacheKind::state && mode == MambaCacheMode::align
+                    ? 2 * s.num_groups
+                    : s.num_groups;
+      blocks.terms.push_back({s.group->spec.kind, s.group->spec.window,
+                              std::max<u64>(s.block_size, 1) * in.parallel.dcp, per});
+    }
+    r.sequence_pools.push_back(std::move(blocks));
     min_block = min_block == UINT64_MAX ? 0 : min_block;
     r.block_size = min_block;
     r.num_blocks = num_blocks;

@@ -1,6 +1,7 @@
 #include <kvcalc/sim/simulator.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
 #include <unordered_map>
@@ -49,15 +50,31 @@ SimConfig instance_config(const CapacityRequest& request, const CapacityResult& 
   c.step.weight_dtype = request.weight_dtype;
   c.step.parallel = capacity.parallel;
   c.step.mla = mla;
-  c.block_size = capacity.block_size == 0 ? 1 : capacity.block_size;
-  // The engine's token capacity of one pool, in whole blocks (vLLM: per KV-cache group).
-  u64 per_pool = capacity.kv_tokens / c.block_size;
-  if (per_pool == 0) {
-    throw InputError(m.name + " on " + capacity.gpu + ": the KV pool holds no whole block of " +
-                     group_digits(c.block_size) + " tokens");
+  // The engine's pools: one rank's capacity bounds one sequence; the instance has kv_pools.
+  for (const SequencePool& pool : capacity.sequence_pools) {
+    if (pool.capacity == 0) {
+      throw InputError(m.name + " on " + capacity.gpu + ": the engine's " + pool.name +
+                       " pool holds nothing");
+    }
+    SequencePool whole = pool;
+    whole.capacity = checked_mul(pool.capacity, capacity.kv_pools);
+    c.pools.push_back(std::move(whole));
+    c.pool_limits.push_back(pool.capacity);
   }
-  c.sequence_blocks_limit = per_pool;
-  c.pool_blocks = checked_mul(per_pool, capacity.kv_pools);
+  if (c.pools.empty()) {
+    throw InputError(m.name + ": no layer keeps a cache; there is nothing to simulate");
+  }
+  c.pool_blocks = c.pools.front().capacity;
+  c.sequence_blocks_limit = c.pool_limits.front();
+  c.pool_unit = c.pools.front().unit;
+  u64 prefix_block = c.pools.front().prefix_block_size();
+  c.block_size = prefix_block > 0 ? prefix_block
+                 : c.pools.front().terms.front().block_size > 0
+                     ? c.pools.front().terms.front().block_size
+                     : 1;
+  if (c.pool_unit == "bytes") {
+    c.block_size = std::max<u64>(capacity.block_size, 1);
+  }
   c.max_batched_tokens = capacity.max_batched_tokens;
   c.max_seqs = capacity.max_seqs;
   c.max_context = m.max_context;
@@ -67,13 +84,17 @@ SimConfig instance_config(const CapacityRequest& request, const CapacityResult& 
 
 namespace {
 
+/// The most pools an engine splits its cache into (SGLang: full, sliding, state).
+constexpr std::size_t k_max_pools = 4;
+using Units = std::array<u64, k_max_pools>;
+
 /// A request inside the instance.
 struct Seq {
   Request req;
   u64 computed = 0;         ///< tokens in the KV cache
   u64 generated = 0;        ///< output tokens sampled so far
   u64 high = 0;             ///< most tokens it ever had computed (recompute counts below this)
-  u64 blocks = 0;           ///< blocks this sequence holds alone
+  Units held{};             ///< units of each pool this sequence holds alone
   u64 shared_blocks = 0;    ///< blocks of a shared prefix it reads
   bool owns_prefix = false; ///< computing a prefix others will share (not yet complete)
   bool holds_ref = false;   ///< counted among a ready prefix's holders
@@ -86,7 +107,7 @@ struct Seq {
 
 /// Blocks of a shared prefix, alive while any holder runs.
 struct PrefixEntry {
-  u64 blocks = 0;
+  u64 blocks = 0; ///< of the first pool's full layers
   u64 refs = 0;
   bool ready = false; ///< computed: later requests may share it
 };
@@ -96,17 +117,35 @@ public:
   Instance(const SimConfig& config, RequestSource& source,
            const std::function<void(const StepRecord&)>& on_step)
       : m_c(config), m_cost(config.step), m_source(source), m_on_step(on_step),
-        m_free(config.pool_blocks), m_stages(static_cast<double>(config.step.parallel.pp)) {
-    if (m_c.pool_blocks == 0 || m_c.block_size == 0 || m_c.max_batched_tokens == 0 ||
-        m_c.max_seqs == 0 || m_c.sequence_blocks_limit == 0) {
-      throw InputError("the simulated instance needs a KV pool of at least one block, a token "
-                       "budget and a sequence limit of at least 1");
+        m_pools(config.pools), m_limits(config.pool_limits),
+        m_stages(static_cast<double>(config.step.parallel.pp)) {
+    if (m_pools.empty()) {
+      // One pool of whole blocks, every layer holding every token.
+      m_pools.push_back(
+          {"blocks", "blocks", config.pool_blocks, {{CacheKind::full, 0, config.block_size, 1}}});
+      m_limits = {config.sequence_blocks_limit};
+    }
+    if (m_pools.size() > k_max_pools || m_limits.size() != m_pools.size()) {
+      throw Error("internal error: the simulator takes at most 4 pools, each with its limit");
+    }
+    for (std::size_t p = 0; p < m_pools.size(); ++p) {
+      if (m_pools[p].capacity == 0 || m_limits[p] == 0 || m_pools[p].terms.empty() ||
+          std::any_of(m_pools[p].terms.begin(), m_pools[p].terms.end(),
+                      [](const PoolTerm& t) { return t.block_size == 0; })) {
+        throw InputError("the simulated instance needs KV pools of at least one block");
+      }
+      m_free[p] = m_pools[p].capacity;
+    }
+    m_prefix_block = m_pools.front().prefix_block_size();
+    if (m_c.max_batched_tokens == 0 || m_c.max_seqs == 0) {
+      throw InputError("the simulated instance needs a token budget and a sequence limit of at "
+                       "least 1");
     }
     if (m_c.preemption == Preemption::swap && !(m_c.swap_bytes_per_s > 0)) {
       throw InputError("--swap-bandwidth must be above 0");
     }
-    m_r.pool_blocks = m_c.pool_blocks;
-    m_r.block_size = m_c.block_size;
+    m_r.pool_blocks = m_pools.front().capacity;
+    m_r.block_size = m_prefix_block > 0 ? m_prefix_block : m_c.block_size;
     m_next = m_source.next();
     if (m_next) {
       m_r.first_arrival_s = m_next->arrival_s;
@@ -131,8 +170,10 @@ public:
   }
 
 private:
+  /// Blocks of the first pool's full layers that hold `tokens` tokens (prefixes, swap).
   [[nodiscard]] u64 blocks_for(u64 tokens) const {
-    return (tokens + m_c.block_size - 1) / m_c.block_size;
+    u64 block = m_prefix_block > 0 ? m_prefix_block : m_c.block_size;
+    return (tokens + block - 1) / block;
   }
 
   /// New arrivals up to `now` join the queue, or are rejected when they can never run.
@@ -147,8 +188,16 @@ private:
         ++m_r.rejected_context;
         continue;
       }
-      // The last output token is sampled, never stored.
-      if (blocks_for(total - 1) > m_c.sequence_blocks_limit) {
+      // The last output token is sampled, never stored; a window's need peaks at its window.
+      bool fits = true;
+      for (std::size_t p = 0; p < m_pools.size(); ++p) {
+        u64 peak = 0;
+        for (u64 t : {total - 1, std::min(total - 1, peak_tokens(p))}) {
+          peak = std::max(peak, m_pools[p].units_at(t));
+        }
+        fits = fits && peak <= m_limits[p];
+      }
+      if (!fits) {
         ++m_r.requests_rejected;
         ++m_r.rejected_pool;
         continue;
@@ -159,33 +208,72 @@ private:
     }
   }
 
-  void allocate(Seq& s, u64 blocks) {
-    m_free -= blocks;
-    s.blocks += blocks;
+  /// Tokens at which pool `p`'s windowed terms hold the most (a full window past a block edge).
+  [[nodiscard]] u64 peak_tokens(std::size_t p) const {
+    u64 most = 0;
+    for (const PoolTerm& t : m_pools[p].terms) {
+      if (t.kind == CacheKind::sliding || t.kind == CacheKind::chunked) {
+        most = std::max(most, t.window + t.block_size - 1);
+      }
+    }
+    return most;
   }
 
-  /// Blocks `s` still needs to hold `tokens` tokens.
-  [[nodiscard]] u64 shortfall(const Seq& s, u64 tokens) const {
-    u64 need = blocks_for(tokens);
-    u64 held = s.blocks + s.shared_blocks;
-    return need > held ? need - held : 0;
+  /// Units `s` holds of pool `p` with `tokens` tokens cached: its terms, less a shared prefix.
+  [[nodiscard]] u64 wanted(const Seq& s, std::size_t p, u64 tokens) const {
+    u64 want = m_pools[p].units_at(tokens);
+    u64 shared = p == 0 ? m_pools[0].prefix_units(s.shared_blocks) : 0;
+    return want > shared ? want - shared : 0;
+  }
+
+  /// Units of each pool `s` still needs to hold `tokens` tokens; windows give some back
+  /// (negative).
+  [[nodiscard]] std::array<long long, k_max_pools> shortfall(const Seq& s, u64 tokens) const {
+    std::array<long long, k_max_pools> need{};
+    for (std::size_t p = 0; p < m_pools.size(); ++p) {
+      need[p] = static_cast<long long>(wanted(s, p, tokens)) - static_cast<long long>(s.held[p]);
+    }
+    return need;
+  }
+
+  [[nodiscard]] bool room_for(const std::array<long long, k_max_pools>& need) const {
+    for (std::size_t p = 0; p < m_pools.size(); ++p) {
+      if (need[p] > 0 && static_cast<u64>(need[p]) > m_free[p]) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void allocate(Seq& s, const std::array<long long, k_max_pools>& need) {
+    for (std::size_t p = 0; p < m_pools.size(); ++p) {
+      if (need[p] >= 0) {
+        m_free[p] -= static_cast<u64>(need[p]);
+        s.held[p] += static_cast<u64>(need[p]);
+      } else {
+        m_free[p] += static_cast<u64>(-need[p]);
+        s.held[p] -= static_cast<u64>(-need[p]);
+      }
+    }
   }
 
   /// Gives back everything `s` holds; its prefix stays while other holders run.
   void release(Seq& s) {
-    m_free += s.blocks;
-    m_stored -= s.computed - s.shared_blocks * m_c.block_size;
+    for (std::size_t p = 0; p < m_pools.size(); ++p) {
+      m_free[p] += s.held[p];
+      s.held[p] = 0;
+    }
+    m_stored -= s.computed - std::min(s.computed, s.shared_blocks * m_prefix_block);
     if (s.holds_ref || s.owns_prefix) {
       auto it = m_prefixes.find(s.req.prefix_id);
       if (s.holds_ref && --it->second.refs == 0) {
-        m_free += it->second.blocks;
-        m_stored -= it->second.blocks * m_c.block_size;
+        m_free[0] += m_pools[0].prefix_units(it->second.blocks);
+        m_stored -= it->second.blocks * m_prefix_block;
         m_prefixes.erase(it);
       } else if (s.owns_prefix) {
         m_prefixes.erase(it);
       }
     }
-    s.blocks = 0;
     s.shared_blocks = 0;
     s.holds_ref = false;
     s.owns_prefix = false;
@@ -209,18 +297,18 @@ private:
   }
 
   [[nodiscard]] double swap_time(u64 tokens) const {
-    double bytes =
-        static_cast<double>(blocks_for(tokens) * m_c.block_size) * m_c.kv_bytes_per_token;
+    u64 block = m_prefix_block > 0 ? m_prefix_block : m_c.block_size;
+    double bytes = static_cast<double>(blocks_for(tokens) * block) * m_c.kv_bytes_per_token;
     return bytes / m_c.swap_bytes_per_s;
   }
 
   /// Tries to share a ready prefix (or to start one) for a sequence about to be admitted.
   void attach_prefix(Seq& s) {
-    if (!m_c.prefix_sharing || s.req.prefix_id == 0 || s.computed != 0) {
+    if (!m_c.prefix_sharing || m_prefix_block == 0 || s.req.prefix_id == 0 || s.computed != 0) {
       return;
     }
     // Whole blocks only, and at least one token left to compute.
-    u64 shareable = std::min(s.req.prefix_tokens, s.known() - 1) / m_c.block_size;
+    u64 shareable = std::min(s.req.prefix_tokens, s.known() - 1) / m_prefix_block;
     if (shareable == 0) {
       return;
     }
@@ -237,7 +325,7 @@ private:
     ++it->second.refs;
     s.holds_ref = true;
     s.shared_blocks = k;
-    s.computed = k * m_c.block_size;
+    s.computed = k * m_prefix_block;
   }
 
   void detach_prefix(Seq& s) {
@@ -269,11 +357,11 @@ private:
     if (s.owns_prefix) {
       auto it = m_prefixes.find(s.req.prefix_id);
       PrefixEntry& e = it->second;
-      if (s.computed >= e.blocks * m_c.block_size) {
+      if (s.computed >= e.blocks * m_prefix_block) {
         // The prefix is complete: its blocks pass from this sequence to the shared entry.
         e.ready = true;
         e.refs = 1;
-        s.blocks -= e.blocks;
+        s.held[0] -= m_pools[0].prefix_units(e.blocks);
         s.shared_blocks = e.blocks;
         s.owns_prefix = false;
         s.holds_ref = true;
@@ -294,9 +382,9 @@ private:
     for (std::size_t i = 0; i < m_running.size() && budget > 0; ++i) {
       Seq& s = m_running[i];
       u64 n = std::min(s.known() - s.computed, budget);
-      u64 need = shortfall(s, s.computed + n);
+      auto need = shortfall(s, s.computed + n);
       bool self_preempted = false;
-      while (need > m_free) {
+      while (!room_for(need)) {
         if (i + 1 == m_running.size()) {
           preempt_back(); // the sequence itself: nothing later is left to take from
           self_preempted = true;
@@ -319,8 +407,8 @@ private:
       Seq& s = m_waiting.front();
       attach_prefix(s);
       u64 n = std::min(s.known() - s.computed, budget);
-      u64 need = shortfall(s, s.computed + n);
-      if (need > m_free) {
+      auto need = shortfall(s, s.computed + n);
+      if (!room_for(need)) {
         if (!s.swapped) {
           detach_prefix(s);
         }
@@ -352,10 +440,15 @@ private:
     double duration = m_stages * m_cost.time_s(m_load) + m_step_swap_s;
     double end = now + duration;
     u64 running_during = m_running.size();
-    u64 used = m_c.pool_blocks - m_free;
-    if (used > m_c.pool_blocks) {
-      throw Error("internal error: the simulator over-committed the KV pool");
+    double occupancy = 0;
+    for (std::size_t p = 0; p < m_pools.size(); ++p) {
+      if (m_free[p] > m_pools[p].capacity) {
+        throw Error("internal error: the simulator over-committed the KV pool");
+      }
+      occupancy = std::max(occupancy, static_cast<double>(m_pools[p].capacity - m_free[p]) /
+                                          static_cast<double>(m_pools[p].capacity));
     }
+    u64 used = m_pools[0].capacity - m_free[0];
 
     // Tokens sampled at the end of the step; finished sequences leave.
     u64 outputs = 0;
@@ -382,10 +475,10 @@ private:
     ++m_r.steps;
     m_r.busy_s += duration;
     m_r.swap_s += m_step_swap_s;
-    double occupancy = static_cast<double>(used) / static_cast<double>(m_c.pool_blocks);
     m_r.kv_peak_blocks = std::max(m_r.kv_peak_blocks, used);
+    m_r.kv_peak = std::max(m_r.kv_peak, occupancy);
     m_occupancy_time += occupancy * duration;
-    double slots = static_cast<double>(used * m_c.block_size);
+    double slots = static_cast<double>(full_blocks() * m_prefix_block);
     if (slots > 0) {
       m_fragmentation_time += (slots - static_cast<double>(m_stored)) / slots * duration;
       m_holding_time += duration;
@@ -414,6 +507,23 @@ private:
     return end;
   }
 
+  /// Blocks of the first pool's full layers held (shared prefixes once): the slots the
+  /// fragmentation figure compares with the tokens stored.
+  [[nodiscard]] u64 full_blocks() const {
+    if (m_prefix_block == 0) {
+      return 0;
+    }
+    u64 blocks = 0;
+    for (const Seq& s : m_running) {
+      u64 own = blocks_for(s.computed);
+      blocks += own > s.shared_blocks ? own - s.shared_blocks : 0;
+    }
+    for (const auto& [id, e] : m_prefixes) {
+      blocks += e.ready ? e.blocks : 0;
+    }
+    return blocks;
+  }
+
   void complete(Seq& s, double end) {
     ++m_finished_now;
     ++m_r.requests_completed;
@@ -436,7 +546,6 @@ private:
       m_r.total_tokens_per_s = m_r.input_tokens_per_s + m_r.output_tokens_per_s;
       m_r.kv_mean = m_occupancy_time / m_r.makespan_s;
     }
-    m_r.kv_peak = static_cast<double>(m_r.kv_peak_blocks) / static_cast<double>(m_c.pool_blocks);
     m_r.fragmentation = m_holding_time > 0 ? m_fragmentation_time / m_holding_time : 0;
     m_r.mean_running = m_r.busy_s > 0 ? m_running_time / m_r.busy_s : 0;
     m_r.mean_step_tokens =
@@ -458,8 +567,11 @@ private:
   std::deque<Seq> m_waiting;  ///< in arrival order: preempted sequences return to the front
   std::unordered_map<u64, PrefixEntry> m_prefixes;
   std::vector<std::size_t> m_scheduled;
-  u64 m_free = 0;
-  u64 m_stored = 0; ///< tokens in allocated blocks, shared prefixes counted once
+  std::vector<SequencePool> m_pools;
+  std::vector<u64> m_limits;
+  Units m_free{};
+  u64 m_prefix_block = 0; ///< tokens per block of the first pool's full layers (0: none)
+  u64 m_stored = 0;       ///< tokens in allocated blocks, shared prefixes counted once
   double m_stages = 1;
   StepLoad m_load;
   double m_step_swap_s = 0;

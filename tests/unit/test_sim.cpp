@@ -52,6 +52,14 @@ std::vector<Request> mixed(u64 n, u64 seed, u64 max_prompt, u64 max_output) {
   return out;
 }
 
+/// `c` with one pool of `blocks` blocks of its block size, every layer holding every token.
+void one_pool(SimConfig& c, u64 blocks) {
+  c.pools.clear();
+  c.pool_limits.clear();
+  c.pool_blocks = blocks;
+  c.sequence_blocks_limit = blocks;
+}
+
 SimResult run(const SimConfig& c, std::vector<Request> requests,
               const std::function<void(const StepRecord&)>& on_step = {}) {
   ListSource source(std::move(requests));
@@ -122,8 +130,7 @@ TEST_CASE("a uniform decode step costs what compute_roofline gives", "[sim]") {
 
 TEST_CASE("every request that fits finishes; tokens are conserved", "[sim][invariants]") {
   SimConfig c = config("llama-3.1-8b", "h100-sxm", 1);
-  c.pool_blocks = 200; // 3,200 tokens: far fewer than the requests want at once
-  c.sequence_blocks_limit = 200;
+  one_pool(c, 200); // 3,200 tokens: far fewer than the requests want at once
   auto requests = mixed(300, 7, 1500, 600);
   u64 pool_max = 0;
   double occupancy_max = 0;
@@ -155,8 +162,7 @@ TEST_CASE("every request that fits finishes; tokens are conserved", "[sim][invar
 
 TEST_CASE("swap preemption keeps the computed tokens", "[sim][invariants]") {
   SimConfig c = config("llama-3.1-8b", "h100-sxm", 1);
-  c.pool_blocks = 200;
-  c.sequence_blocks_limit = 200;
+  one_pool(c, 200);
   c.preemption = Preemption::swap;
   auto requests = mixed(200, 11, 1500, 600);
   SimResult r = run(c, requests);
@@ -169,8 +175,7 @@ TEST_CASE("swap preemption keeps the computed tokens", "[sim][invariants]") {
 
 TEST_CASE("a request larger than the pool is rejected with its reason", "[sim][invariants]") {
   SimConfig c = config("llama-3.1-8b", "h100-sxm", 1);
-  c.pool_blocks = 100; // 1,600 tokens
-  c.sequence_blocks_limit = 100;
+  one_pool(c, 100); // 1,600 tokens
   // 1,500 + 101 − 1 = 1,600 tokens stored: fits exactly; one more does not.
   SimResult r = run(c, {{0, 1500, 101, 0, 0}, {0, 1500, 102, 0, 0}, {0, 200000, 10, 0, 0}});
   CHECK(r.requests_completed == 1);
@@ -242,8 +247,8 @@ TEST_CASE("instance_config: the engine's pool, and clear refusals", "[sim]") {
   CapacityRequest q = capacity_request("deepseek-v3", "h200", 8);
   CapacityResult cap = compute_capacity(q);
   SimConfig c = instance_config(q, cap, device_rates(q.gpu), MlaMode::automatic);
-  CHECK(c.block_size == 64); // vLLM's FlashMLA block on Hopper
-  CHECK(c.pool_blocks == cap.num_blocks);
+  CHECK(c.block_size == 64);                  // vLLM's FlashMLA block on Hopper
+  CHECK(c.pool_blocks == cap.num_blocks - 1); // the null block is never handed out
   CHECK(c.max_batched_tokens == 8192);
   CHECK(c.max_seqs == 1024);
 

@@ -91,6 +91,35 @@ struct PoolGroup {
   u64 capacity = 0;   ///< SGLang: tokens of the pool, or state slots; TensorRT-LLM: blocks
 };
 
+/// What one layer group costs a sequence in one engine pool: `units_per_block` units for each
+/// block of `block_size` tokens it holds (a state: for its one block).
+struct PoolTerm {
+  CacheKind kind = CacheKind::full;
+  u64 window = 0;          ///< sliding: the window; chunked: the chunk
+  u64 block_size = 1;      ///< tokens per block (1: token-granular)
+  u64 units_per_block = 1; ///< pool units one block of this term takes
+};
+
+/// One pool of the engine as a serving run uses it: a capacity in units (blocks, tokens or
+/// bytes) and the terms that say how many a sequence holds (docs/simulate.md, "KV pools").
+struct SequencePool {
+  std::string name;
+  std::string unit = "blocks"; ///< what capacity counts: blocks, tokens, bytes or slots
+  u64 capacity = 0;            ///< units of one KV pool (per attention-DP rank)
+  std::vector<PoolTerm> terms;
+
+  /// Units a sequence with `tokens` tokens in its cache holds: each term's blocks (full: all
+  /// tokens; sliding: the blocks the window overlaps, the rest freed; chunked: the blocks of the
+  /// current chunk; state: one).
+  [[nodiscard]] u64 units_at(u64 tokens) const;
+  /// Units of the first `blocks` blocks of its full-attention terms: what a shared prefix of
+  /// that many blocks stands for.
+  [[nodiscard]] u64 prefix_units(u64 blocks) const;
+  /// Tokens per block of its first full-attention term (0 when it has none): prefixes are
+  /// shared in whole blocks of it.
+  [[nodiscard]] u64 prefix_block_size() const;
+};
+
 struct CapacityResult {
   Engine engine = Engine::plain;
   std::string gpu;
@@ -115,14 +144,15 @@ struct CapacityResult {
   bool fits = true;
   std::string reason; ///< why not, when !fits
   std::vector<ContextCapacity> contexts;
-  std::optional<u64> max_context_at;    ///< longest context holding the requested sequences
-  bool max_context_capped = false;      ///< ... limited by the model's max_context, not by KV
-  std::vector<CacheGroup> cache_groups; ///< the cache as one GPU holds it
-  std::vector<PoolGroup> pool_groups;   ///< the engine's grouping of it
-  u64 state_slots = 0;                  ///< sequences whose recurrent state the pool holds; 0: none
-  std::string engine_rules;             ///< which engine version the rules reproduce
-  Derivation derivation;                ///< the arithmetic, when CapacityRequest::explain
-  std::vector<std::string> notes;       ///< for people: approximations, limits
+  std::optional<u64> max_context_at;        ///< longest context holding the requested sequences
+  bool max_context_capped = false;          ///< ... limited by the model's max_context, not by KV
+  std::vector<CacheGroup> cache_groups;     ///< the cache as one GPU holds it
+  std::vector<PoolGroup> pool_groups;       ///< the engine's grouping of it
+  std::vector<SequencePool> sequence_pools; ///< how a serving run draws on the pools
+  u64 state_slots = 0;            ///< sequences whose recurrent state the pool holds; 0: none
+  std::string engine_rules;       ///< which engine version the rules reproduce
+  Derivation derivation;          ///< the arithmetic, when CapacityRequest::explain
+  std::vector<std::string> notes; ///< for people: approximations, limits
 };
 
 [[nodiscard]] CapacityResult compute_capacity(const CapacityRequest& request);

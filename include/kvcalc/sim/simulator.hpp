@@ -25,13 +25,19 @@ enum class Preemption {
 
 /// One serving instance, ready to simulate.
 struct SimConfig {
-  RooflineRequest step;          ///< model, GPU, rates, cache, weights, parallelism, MLA mode
-  u64 pool_blocks = 0;           ///< KV blocks of the instance
-  u64 block_size = 1;            ///< tokens per block (1: token-granular, SGLang)
-  u64 sequence_blocks_limit = 0; ///< most blocks one sequence may hold (one rank's pool)
-  u64 max_batched_tokens = 8192; ///< tokens per step
-  u64 max_seqs = 256;            ///< running sequences
-  u64 max_context = 0;           ///< longest prompt + output; 0: no limit
+  RooflineRequest step; ///< model, GPU, rates, cache, weights, parallelism, MLA mode
+  /// The engine's pools with the capacity of the whole instance, and what a sequence holds in
+  /// each (docs/simulate.md, "KV pools"). Empty: one pool of `pool_blocks` blocks of
+  /// `block_size` tokens, every layer holding every token.
+  std::vector<SequencePool> pools;
+  std::vector<u64> pool_limits;     ///< most units one sequence may hold in each (one rank's pool)
+  u64 pool_blocks = 0;              ///< units of the first pool (KV blocks, or tokens, or bytes)
+  u64 block_size = 1;               ///< tokens per block of its full layers (1: token-granular)
+  u64 sequence_blocks_limit = 0;    ///< most units one sequence may hold in it (one rank's pool)
+  std::string pool_unit = "blocks"; ///< what the first pool counts
+  u64 max_batched_tokens = 8192;    ///< tokens per step
+  u64 max_seqs = 256;               ///< running sequences
+  u64 max_context = 0;              ///< longest prompt + output; 0: no limit
   Preemption preemption = Preemption::recompute;
   double swap_bytes_per_s = 25e9; ///< host link of one GPU, one direction (swap)
   double kv_bytes_per_token = 0;  ///< on one GPU (swap traffic)
@@ -65,7 +71,7 @@ struct SimResult {
   u64 requests_arrived = 0;
   u64 requests_completed = 0;
   u64 requests_rejected = 0;
-  u64 rejected_pool = 0;    ///< needed more blocks than one sequence may hold
+  u64 rejected_pool = 0;    ///< needed more of a pool than one sequence may hold
   u64 rejected_context = 0; ///< prompt + output past the model's max_context
   u64 preemptions = 0;
   u64 steps = 0;
@@ -88,8 +94,8 @@ struct SimResult {
   LatencySummary queue; ///< arrival → first scheduled
   u64 pool_blocks = 0;
   u64 block_size = 0;
-  u64 kv_peak_blocks = 0;
-  double kv_peak = 0;       ///< peak blocks used / pool
+  u64 kv_peak_blocks = 0;   ///< peak units used of the first pool
+  double kv_peak = 0;       ///< peak over the pools of units used / capacity
   double kv_mean = 0;       ///< time-weighted over the makespan
   double fragmentation = 0; ///< allocated-but-empty slots / allocated, time-weighted
   u64 peak_running = 0;
