@@ -59,7 +59,8 @@ WeightBytes weight_bytes(const Model& m, const ParamCount& params,
         shards = s.ep;
         break;
       case TensorPlace::layer:
-        shards = t.name.starts_with("attention.") ? s.attention_tp : s.tp;
+        shards = t.name.starts_with("attention.") || t.name.starts_with("state.") ? s.attention_tp
+                                                                                  : s.tp;
         break;
       default:
         shards = s.tp; // vocab-parallel embedding and head

@@ -53,9 +53,10 @@ constexpr std::array<std::string_view, 11> k_plain_mlp{
     "gptj",   "opt",        "bloom",           "phi",         "nemotron_h"};
 
 /// Model types whose transformers config class ties embeddings by default.
-constexpr std::array<std::string_view, 11> k_tied_by_default{
-    "gemma",      "gemma2",          "gemma3", "gemma3_text", "gpt_bigcode",        "falcon",
-    "RefinedWeb", "RefinedWebModel", "gpt2",   "minicpm3",    "MiniCPM3ForCausalLM"};
+constexpr std::array<std::string_view, 13> k_tied_by_default{
+    "gemma",       "gemma2",          "gemma3", "gemma3_text", "gpt_bigcode",         "falcon",
+    "RefinedWeb",  "RefinedWebModel", "gpt2",   "minicpm3",    "MiniCPM3ForCausalLM", "mamba",
+    "falcon_mamba"};
 
 /// Families kvcalc knows but does not model, with the reason.
 struct Refused {
@@ -82,45 +83,43 @@ constexpr std::array<std::string_view, 30> k_cache_words{
     "n_head",    "num_heads",      "n_groups",   "num_layers",  "_layers"};
 
 /// Keys with a cache word in their name that do not change the cache.
-constexpr std::array<std::string_view, 39> k_unrelated_keys{"use_cache",
-                                                            "attention_dropout",
-                                                            "use_conv_bias",
-                                                            "mamba_conv_bias",
-                                                            "conv_bias",
-                                                            "mamba_proj_bias",
-                                                            "mamba_hidden_act",
-                                                            "mamba_dt_rank",
-                                                            "chunk_size",
-                                                            "mamba_chunk_size",
-                                                            "mtp_use_dedicated_embeddings",
-                                                            "layernorm_full_attention_alpha",
-                                                            "layernorm_full_attention_beta",
-                                                            "layernorm_linear_attention_alpha",
-                                                            "layernorm_linear_attention_beta",
-                                                            "rotary_dim",
-                                                            "rotary_pct",
-                                                            "qk_layernorm",
-                                                            "use_qk_norm",
-                                                            "attn_logit_softcapping",
-                                                            "num_logits_to_keep",
-                                                            "mla_use_nope",
-                                                            "use_mamba_kernels",
-                                                            "mamba_d_ssm",
-                                                            "time_step_rank",
-                                                            "kv_lora_rank_norm",
-                                                            "moe_layer_freq_offset",
-                                                            "router_jitter_noise",
-                                                            "mamba_step",
-                                                            "num_nextn_predict_layers_share",
-                                                            "ssm_in_multiplier",
-                                                            "ssm_out_multiplier",
-                                                            "ssm_multipliers",
-                                                            "mamba_rms_norm",
-                                                            "mamba_norm_before_gate",
-                                                            "mamba_use_mlp",
-                                                            "attn_implementation",
-                                                            "swa_attention_sink_bias",
-                                                            "add_swa_attention_sink_bias"};
+constexpr std::array<std::string_view, 35> k_unrelated_keys{
+    "use_cache",
+    "attention_dropout",
+    "conv_bias",
+    "mamba_proj_bias",
+    "mamba_hidden_act",
+    "chunk_size",
+    "mamba_chunk_size",
+    "mtp_use_dedicated_embeddings",
+    "layernorm_full_attention_alpha",
+    "layernorm_full_attention_beta",
+    "layernorm_linear_attention_alpha",
+    "layernorm_linear_attention_beta",
+    "rotary_dim",
+    "rotary_pct",
+    "qk_layernorm",
+    "use_qk_norm",
+    "attn_logit_softcapping",
+    "num_logits_to_keep",
+    "mla_use_nope",
+    "use_mamba_kernels",
+    "mamba_d_ssm",
+    "kv_lora_rank_norm",
+    "moe_layer_freq_offset",
+    "router_jitter_noise",
+    "mamba_step",
+    "num_nextn_predict_layers_share",
+    "ssm_in_multiplier",
+    "ssm_out_multiplier",
+    "ssm_multipliers",
+    "mamba_rms_norm",
+    "mamba_norm_before_gate",
+    "mamba_use_mlp",
+    "attn_implementation",
+    "swa_attention_sink_bias",
+    "add_swa_attention_sink_bias",
+};
 
 template <std::size_t N>
 bool contains(const std::array<std::string_view, N>& list, std::string_view value) {
@@ -816,10 +815,18 @@ void read_state(const ConfigView& c, Model& m, std::optional<StateKind> kind, Di
       s.inner =
           checked_mul(need({"expand"}, "state.inner", "the SSM expansion factor"), m.hidden_size);
     }
-    c.consume({"time_step_rank", "mamba_dt_rank"});
+    if (auto rank = c.text({"time_step_rank", "mamba_dt_rank"}); rank && *rank != "auto") {
+      s.dt_rank = *c.count({"time_step_rank", "mamba_dt_rank"}, "state.dt_rank");
+    } else {
+      s.dt_rank = ceil_div(m.hidden_size, 16); // transformers' "auto"
+    }
+    s.inner_norms = c.model_type() == "jamba"; // Jamba's RMSNorms on Δ, B and C
     break;
   case StateKind::custom:
     break;
+  }
+  if (*kind == StateKind::mamba1 || *kind == StateKind::mamba2) {
+    s.conv_bias = c.flag({"use_conv_bias", "mamba_conv_bias"}).value_or(true);
   }
   if (auto dtype = c.text({"mamba_ssm_cache_dtype", "mamba_ssm_dtype"})) {
     try {
@@ -886,7 +893,10 @@ void read_ffn(const ConfigView& c, Model& m, Layout& layout, Diagnostics& diag) 
     // DeepseekV3 router always has it); gpt-oss has a router bias.
     e.router_bias = c.text({"topk_method"}).value_or("") == "noaux_tc" || type == "deepseek_v3" ||
                     type == "kimi_k2" || type == "deepseek_v32" || type == "gpt_oss" ||
-                    type == "glm4_moe";
+                    type == "glm4_moe" || type == "kimi_linear";
+    // Qwen2-MoE and Qwen3-Next gate their shared expert's output (shared_expert_gate, 1 × h).
+    e.shared_gate = e.shared_expert_intermediate_size > 0 &&
+                    (type == "qwen2_moe" || type == "qwen3_next" || type == "qwen3_5_moe_text");
     m.moe = e;
   } else {
     auto width = dense_width();
@@ -995,12 +1005,18 @@ void read_block_details(const ConfigView& c, Model& m) {
   }
   if ((falcon && !c.flag({"new_decoder_architecture"}).value_or(type == "RefinedWeb") &&
        c.flag({"parallel_attn"}).value_or(true)) ||
-      type == "gptj" || type == "nemotron_h") {
-    m.norms_per_layer = 1; // one norm feeds a parallel block (Falcon-7B, GPT-J) or the mixer
+      type == "gptj" || type == "nemotron_h" || type == "mamba" || type == "mamba2" ||
+      type == "falcon_mamba") {
+    // One norm feeds a parallel block (Falcon-7B, GPT-J) or the block's one mixer.
+    m.norms_per_layer = 1;
   }
   m.learned_position_embeddings = gpt_style;
-  if (gpt_style || type == "gpt_oss" || type == "gpt_neox" ||
-      c.flag({"attention_bias"}).value_or(false) || (falcon && c.flag({"bias"}).value_or(false))) {
+  bool glm = type == "glm4_moe" || type == "glm4";
+  if (glm && c.flag({"attention_bias"}).value_or(false)) {
+    m.attention.bias = AttentionBias::qkv; // GLM-4's attention_bias: q, k and v; o has none
+  } else if (gpt_style || type == "gpt_oss" || type == "gpt_neox" ||
+             c.flag({"attention_bias"}).value_or(false) ||
+             (falcon && c.flag({"bias"}).value_or(false))) {
     m.attention.bias = AttentionBias::all;
   } else if (type == "qwen2" || type == "qwen2_moe" ||
              c.flag({"add_qkv_bias", "qkv_bias"}).value_or(false)) {
@@ -1013,6 +1029,7 @@ void read_block_details(const ConfigView& c, Model& m) {
                         (!llama4 && c.flag({"use_qk_norm"}).value_or(false));
   m.attention.sinks = type == "gpt_oss";
   m.mlp.bias = gpt_style || type == "gpt_oss" || neox || c.flag({"mlp_bias"}).value_or(false);
+  m.lm_head_bias = type == "gptj"; // GPT-J's lm_head is a Linear with a bias
 }
 
 } // namespace

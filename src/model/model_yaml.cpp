@@ -173,9 +173,10 @@ Attention read_sliding_attention(const MapReader& r, const Attention& main) {
   return a;
 }
 
-StateSpec read_state(const MapReader& r, DType model_dtype) {
+StateSpec read_state(const MapReader& r, DType model_dtype, u64 hidden_size) {
   r.allow_only({"kind", "heads", "head_dim", "key_heads", "key_head_dim", "inner", "groups",
-                "state_size", "conv_kernel", "elements", "conv_dtype", "ssm_dtype"});
+                "state_size", "conv_kernel", "elements", "conv_dtype", "ssm_dtype", "dt_rank",
+                "conv_bias", "inner_norms"});
   StateSpec s;
   s.kind = r.parsed("kind", [](const std::string& t) { return k_state_kinds.parse(t); });
   s.heads = r.count("heads").value_or(0);
@@ -187,6 +188,11 @@ StateSpec read_state(const MapReader& r, DType model_dtype) {
   s.state_size = r.count("state_size").value_or(0);
   s.conv_kernel = r.count("conv_kernel").value_or(0);
   s.elements = r.count("elements").value_or(0);
+  // transformers' "auto" rank of Mamba's Δ projection: ⌈hidden_size / 16⌉.
+  s.dt_rank =
+      r.count("dt_rank").value_or(s.kind == StateKind::mamba1 ? ceil_div(hidden_size, 16) : 0);
+  s.conv_bias = r.flag("conv_bias").value_or(true);
+  s.inner_norms = r.flag("inner_norms").value_or(false);
   if (r.has("conv_dtype")) {
     s.conv_dtype = located_dtype(r, "conv_dtype", model_dtype);
   }
@@ -197,10 +203,11 @@ StateSpec read_state(const MapReader& r, DType model_dtype) {
   auto used = [&](std::string_view key) {
     switch (s.kind) {
     case StateKind::mamba1:
-      return key == "inner" || key == "state_size" || key == "conv_kernel";
+      return key == "inner" || key == "state_size" || key == "conv_kernel" || key == "dt_rank" ||
+             key == "conv_bias" || key == "inner_norms";
     case StateKind::mamba2:
       return key == "inner" || key == "heads" || key == "head_dim" || key == "groups" ||
-             key == "state_size" || key == "conv_kernel";
+             key == "state_size" || key == "conv_kernel" || key == "conv_bias";
     case StateKind::gated_deltanet:
       return key == "heads" || key == "head_dim" || key == "key_heads" || key == "key_head_dim" ||
              key == "conv_kernel";
@@ -213,8 +220,9 @@ StateSpec read_state(const MapReader& r, DType model_dtype) {
     }
     return false;
   };
-  for (std::string_view key : {"heads", "head_dim", "key_heads", "key_head_dim", "inner", "groups",
-                               "state_size", "conv_kernel", "elements"}) {
+  for (std::string_view key :
+       {"heads", "head_dim", "key_heads", "key_head_dim", "inner", "groups", "state_size",
+        "conv_kernel", "elements", "dt_rank", "conv_bias", "inner_norms"}) {
     if (r.has(key) && !used(key)) {
       r.fail(key, "'" + std::string(key) + "' does not apply to state kind " +
                       std::string(k_state_kinds.name(s.kind)) + " (docs/model-format.md, state)");
@@ -247,6 +255,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
                 "vocab_size",
                 "max_context",
                 "tie_word_embeddings",
+                "lm_head_bias",
                 "attention",
                 "mlp",
                 "moe",
@@ -296,6 +305,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   m.vocab_size = r.count("vocab_size").value_or(0);
   m.max_context = r.count("max_context").value_or(0);
   m.tie_word_embeddings = r.flag("tie_word_embeddings").value_or(false);
+  m.lm_head_bias = r.flag("lm_head_bias").value_or(false);
   m.learned_position_embeddings = r.flag("learned_position_embeddings").value_or(false);
   m.quantized_weights = read_choice<QuantizedWeights>(
       r, "quantized_weights",
@@ -315,7 +325,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   if (auto moe = r.map("moe")) {
     moe->allow_only({"routed_experts", "shared_experts", "experts_per_token",
                      "expert_intermediate_size", "shared_expert_intermediate_size",
-                     "first_dense_layers", "router_bias"});
+                     "first_dense_layers", "router_bias", "shared_expert_gate"});
     Moe e;
     e.routed_experts = moe->required_count("routed_experts", "routed experts per MoE layer");
     e.shared_experts = moe->count("shared_experts").value_or(0);
@@ -327,6 +337,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
             .value_or(checked_mul(e.expert_intermediate_size, e.shared_experts));
     e.first_dense_layers = moe->count("first_dense_layers").value_or(0);
     e.router_bias = moe->flag("router_bias").value_or(false);
+    e.shared_gate = moe->flag("shared_expert_gate").value_or(false);
     m.moe = e;
   }
   if (r.has("linear_state")) {
@@ -355,7 +366,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
     m.sliding_attention = read_sliding_attention(*sliding, m.attention);
   }
   if (auto state = r.map("state")) {
-    m.state = read_state(*state, m.dtype);
+    m.state = read_state(*state, m.dtype, m.hidden_size);
   }
   if (auto indexer = r.map("indexer")) {
     indexer->allow_only({"heads", "head_dim", "topk"});
@@ -425,6 +436,15 @@ void write_state(std::ostream& y, const StateSpec& s) {
   size("state_size", s.state_size);
   size("conv_kernel", s.conv_kernel);
   size("elements", s.elements);
+  if (s.kind == StateKind::mamba1) {
+    size("dt_rank", s.dt_rank);
+  }
+  if (!s.conv_bias && (s.kind == StateKind::mamba1 || s.kind == StateKind::mamba2)) {
+    y << "  conv_bias: false\n";
+  }
+  if (s.inner_norms) {
+    y << "  inner_norms: true\n";
+  }
   if (s.conv_dtype) {
     y << "  conv_dtype: " << dtype_name(*s.conv_dtype) << "\n";
   }
@@ -498,6 +518,9 @@ std::string model_to_yaml(const Model& m) {
     y << "max_context: " << m.max_context << "\n";
   }
   y << "tie_word_embeddings: " << (m.tie_word_embeddings ? "true" : "false") << "\n";
+  if (m.lm_head_bias) {
+    y << "lm_head_bias: true\n";
+  }
   if (m.learned_position_embeddings) {
     y << "learned_position_embeddings: true\n";
   }
@@ -536,6 +559,9 @@ std::string model_to_yaml(const Model& m) {
     y << "  first_dense_layers: " << e.first_dense_layers << "\n";
     if (e.router_bias) {
       y << "  router_bias: true\n";
+    }
+    if (e.shared_gate) {
+      y << "  shared_expert_gate: true\n";
     }
   }
   if (m.sliding_window) {

@@ -24,6 +24,10 @@ public:
   void linear(std::string name, u64 rows, u64 cols, u64 count) {
     add(std::move(name), rows, cols, count, TensorPlace::layer, true);
   }
+  /// Per-channel weights that split with the channels (convolutions, SSM decays): not matmuls.
+  void channels(std::string name, u64 rows, u64 cols, u64 count) {
+    add(std::move(name), rows, cols, count, TensorPlace::layer, false);
+  }
   void vector(std::string name, u64 size, u64 count) {
     add(std::move(name), 1, size, count, TensorPlace::layer, false);
   }
@@ -104,6 +108,79 @@ public:
         TensorPlace::expert);
     if (e.shared_expert_intermediate_size > 0) {
       mlp("moe.shared_experts", e.shared_expert_intermediate_size, n, TensorPlace::layer);
+      if (e.shared_gate) {
+        linear("moe.shared_expert_gate", 1, h, n);
+        m_out.back().linear = false;
+      }
+    }
+  }
+
+  /// The mixer of `n` recurrent layers: its projections, convolution and per-channel vectors
+  /// (docs/formulas.md §8, "State layers"; the shapes of transformers' and vLLM's modeling code).
+  void state(u64 n) {
+    const StateSpec& s = *m_model.state;
+    u64 h = m_model.hidden_size;
+    u64 k = s.conv_kernel;
+    switch (s.kind) {
+    case StateKind::mamba1: {
+      u64 inner = s.inner;
+      linear("state.in_proj", 2 * inner, h, n);
+      channels("state.conv1d", inner, k + (s.conv_bias ? 1 : 0), n);
+      linear("state.x_proj", s.dt_rank + 2 * s.state_size, inner, n);
+      linear("state.dt_proj", inner, s.dt_rank, n);
+      channels("state.dt_proj.bias_D", inner, 2, n);
+      channels("state.A_log", inner, s.state_size, n);
+      linear("state.out_proj", h, inner, n);
+      if (s.inner_norms) {
+        vector("state.dt_b_c_norms", s.dt_rank + 2 * s.state_size, n);
+      }
+      break;
+    }
+    case StateKind::mamba2: {
+      u64 conv = checked_add(s.inner, checked_mul(2 * s.groups, s.state_size));
+      linear("state.in_proj", checked_add(s.inner, conv) + s.heads, h, n);
+      channels("state.conv1d", conv, k + (s.conv_bias ? 1 : 0), n);
+      channels("state.dt_bias_A_log_D", s.heads, 3, n);
+      vector("state.norm", s.inner, n);
+      linear("state.out_proj", h, s.inner, n);
+      break;
+    }
+    case StateKind::gated_deltanet: {
+      u64 key = checked_mul(s.key_heads, s.key_head_dim);
+      u64 value = checked_mul(s.heads, s.head_dim);
+      linear("state.in_proj_qkvz", 2 * key + 2 * value, h, n);
+      linear("state.in_proj_ba", 2 * s.heads, h, n);
+      channels("state.conv1d", 2 * key + value, k, n);
+      channels("state.dt_bias_A_log", s.heads, 2, n);
+      vector("state.norm", s.head_dim, n);
+      linear("state.out_proj", h, value, n);
+      break;
+    }
+    case StateKind::kda: {
+      u64 width = checked_mul(s.heads, s.head_dim);
+      linear("state.qkv_proj", 3 * width, h, n);
+      channels("state.conv1d", 3 * width, k, n);
+      linear("state.f_a_proj", s.head_dim, h, n);
+      linear("state.f_b_proj", width, s.head_dim, n);
+      linear("state.b_proj", s.heads, h, n);
+      linear("state.g_a_proj", s.head_dim, h, n);
+      linear("state.g_b_proj", width, s.head_dim, n);
+      channels("state.A_log", s.heads, 1, n);
+      channels("state.dt_bias", width, 1, n);
+      vector("state.o_norm", s.head_dim, n);
+      linear("state.o_proj", h, width, n);
+      break;
+    }
+    case StateKind::lightning: {
+      u64 width = checked_mul(s.heads, s.head_dim);
+      linear("state.qkv_proj", 3 * width, h, n);
+      linear("state.output_gate", width, h, n);
+      vector("state.norm", width, n);
+      linear("state.out_proj", h, width, n);
+      break;
+    }
+    case StateKind::custom:
+      break;
     }
   }
 
@@ -150,8 +227,8 @@ private:
 
 ParamCount count_params(const Model& m) {
   ParamCount out;
-  if (count_layers(m, LayerType::state) > 0 && !m.params) {
-    throw InputError(m.name + ": the weights of recurrent (state) layers are not in kvcalc's "
+  if (count_layers(m, LayerType::state) > 0 && m.state->kind == StateKind::custom && !m.params) {
+    throw InputError(m.name + ": the weights of a custom state layer are not in kvcalc's "
                               "parameter formula; set 'params' in the model file "
                               "(docs/model-format.md)");
   }
@@ -174,12 +251,18 @@ ParamCount count_params(const Model& m) {
   };
   b.blocks(count_layers(m, LayerType::full) + count_layers(m, LayerType::chunked),
            count_layers(m, LayerType::sliding), m.layers, ffn(FfnType::dense), ffn(FfnType::moe));
+  if (u64 n = count_layers(m, LayerType::state); n > 0) {
+    b.state(n);
+  }
   b.add("final_norm", 1, h, 1, TensorPlace::lm_head, false);
   if (m.norm == NormKind::layer) {
     b.add("final_norm.bias", 1, h, 1, TensorPlace::lm_head, false);
   }
   if (!m.tie_word_embeddings) {
     b.add("lm_head", m.vocab_size, h, 1, TensorPlace::lm_head, false);
+  }
+  if (m.lm_head_bias) {
+    b.add("lm_head.bias", 1, m.vocab_size, 1, TensorPlace::lm_head, false);
   }
   if (m.mtp_layers > 0) {
     // DeepSeek-V3 MTP: enorm, hnorm, eh_proj (2h → h), one full block (MoE when the model has

@@ -92,6 +92,8 @@ struct Moe {
   u64 shared_expert_intermediate_size = 0; ///< all shared experts together
   u64 first_dense_layers = 0;              ///< leading layers with a dense MLP instead of MoE
   bool router_bias = false; ///< a bias per expert on the router (DeepSeek-V3 correction, gpt-oss)
+  bool shared_gate =
+      false; ///< a sigmoid gate on the shared experts' output (Qwen2-MoE, Qwen3-Next)
 };
 
 /// The recurrent mixers whose state kvcalc sizes, each by its own shape formula
@@ -119,6 +121,10 @@ struct StateSpec {
   u64 state_size = 0;   ///< mamba1, mamba2: d_state
   u64 conv_kernel = 0;  ///< mamba1, mamba2, gated_deltanet, kda: causal conv width
   u64 elements = 0;     ///< custom: elements per layer per sequence
+  // Weights only (the parameter count), not the state:
+  u64 dt_rank = 0;          ///< mamba1: rank of the Δ projection (time_step_rank)
+  bool conv_bias = true;    ///< mamba1, mamba2: the causal conv has a bias (use_conv_bias)
+  bool inner_norms = false; ///< mamba1: RMSNorms on Δ, B and C (Jamba)
   /// Element type of the convolution tail; unset: the engine's rule (the model dtype).
   std::optional<DType> conv_dtype;
   /// Element type of the recurrent (SSM) state; unset: the engine's rule.
@@ -148,6 +154,7 @@ struct Model {
   u64 vocab_size = 0;  ///< 0 when unknown: footprints need no vocabulary, weights do
   u64 max_context = 0; ///< tokens; 0 when unknown
   bool tie_word_embeddings = false;
+  bool lm_head_bias = false;                ///< a bias on the LM head (GPT-J)
   bool learned_position_embeddings = false; ///< a max_context × hidden table (StarCoder)
   NormKind norm = NormKind::rms;
   u64 norms_per_layer = 2; ///< 1: Falcon-7B's parallel block; 4: Gemma 2/3
