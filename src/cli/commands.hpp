@@ -171,6 +171,10 @@ Json string_array(const std::vector<std::string>& items);
 void write_text_file(const std::string& path, const std::string& text);
 /// Short label for a context: "128k" when a whole number of k, "1M", else the grouped count.
 std::string context_label(u64 tokens);
+
+/// "gqa-8", "mla dsa", "hybrid gqa-2 + gated_deltanet", "ssm mamba2": a model's attention and
+/// state in a few words.
+std::string attention_detail(const Model& m);
 /// "bw=0.85,flops=0.7" → bandwidth and FLOP/s efficiencies (1 when unset).
 std::pair<double, double> parse_efficiency(const std::string& text);
 /// Prints warnings as "kvcalc: warning: ..." lines, each once.

@@ -10,6 +10,25 @@
 
 namespace kvcalc::cli {
 
+std::string attention_detail(const Model& m) {
+  std::string state = m.state ? std::string(k_state_kinds.name(m.state->kind)) : "";
+  if (!has_attention(m)) {
+    return "ssm " + state;
+  }
+  const Attention& a = m.attention;
+  std::string kind(attention_kind_name(a.kind));
+  if (a.kind == AttentionKind::gqa) {
+    kind += "-" + std::to_string(a.kv_heads);
+  }
+  if (m.indexer) {
+    kind += " dsa";
+  }
+  if (attention_label(m) == "hybrid") {
+    return "hybrid " + kind + (state.empty() ? "" : " + " + state);
+  }
+  return m.layer_types.front() == LayerType::sliding ? kind + " sliding" : kind;
+}
+
 CacheRequest cache_request(const CacheOptions& o) {
   CacheRequest r;
   if (!o.kv_dtype.empty()) {
@@ -30,24 +49,6 @@ CacheRequest cache_request(const CacheOptions& o) {
 }
 
 namespace {
-
-std::string attention_detail(const Model& m) {
-  if (!has_attention(m)) {
-    return "ssm " + std::string(k_state_kinds.name(m.state->kind));
-  }
-  const Attention& a = m.attention;
-  std::string kind(attention_kind_name(a.kind));
-  if (a.kind == AttentionKind::gqa) {
-    kind += "-" + std::to_string(a.kv_heads);
-  }
-  if (m.indexer) {
-    kind += " dsa";
-  }
-  if (attention_label(m) == "hybrid") {
-    return "hybrid " + kind;
-  }
-  return m.layer_types.front() == LayerType::sliding ? kind + " sliding" : kind;
-}
 
 struct Entry {
   Model model;

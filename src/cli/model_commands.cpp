@@ -20,10 +20,9 @@ int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& /*err*/)
   t.columns = {{"name", "name"},
                {"attention", "attention"},
                {"layers", "layers"},
-               {"heads", "heads"},
-               {"kv heads", "kv_heads"},
                {"KV dtype", "kv_dtype"},
                {"KV/token", "kv_bytes_per_token"},
+               {"state/sequence", "state_bytes_per_sequence"},
                {"max context", "max_context"},
                {"aliases", "aliases"}};
   Json models = Json::array();
@@ -34,35 +33,36 @@ int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& /*err*/)
     for (const auto& a : m.aliases) {
       aliases += (aliases.empty() ? "" : " ") + a;
     }
-    bool mla = m.attention.kind == AttentionKind::mla;
-    std::string attention = attention_label(m);
-    if (attention == "hybrid") {
-      attention += " " + std::string(attention_kind_name(m.attention.kind));
-    }
+    bool mla = has_attention(m) && m.attention.kind == AttentionKind::mla;
     t.rows.push_back(
-        {Cell::text(m.name), Cell::text(attention), Cell::count(m.layers),
-         Cell::count(m.attention.heads),
-         mla ? Cell::text("latent") : Cell::count(m.attention.kv_heads),
+        {Cell::text(m.name), Cell::text(attention_detail(m)), Cell::count(m.layers),
          Cell::text(std::string(dtype_name(f.format.dtype))), Cell::bytes_exact(f.bytes_per_token),
+         f.state_bytes_per_sequence ? Cell::bytes_exact(f.state_bytes_per_sequence) : Cell::empty(),
          m.max_context ? Cell::count(m.max_context) : Cell::empty(), Cell::text(aliases)});
     Json mj = Json::object();
     mj["name"] = m.name;
     mj["display_name"] = m.display_name;
     mj["aliases"] = string_array(m.aliases);
     mj["attention"] = attention_label(m);
-    mj["attention_kind"] = std::string(attention_kind_name(m.attention.kind));
+    mj["attention_kind"] =
+        has_attention(m) ? Json(std::string(attention_kind_name(m.attention.kind))) : Json();
+    mj["state_kind"] = m.state ? Json(std::string(k_state_kinds.name(m.state->kind))) : Json();
     mj["layers"] = m.layers;
-    mj["heads"] = m.attention.heads;
-    mj["kv_heads"] = mla ? Json() : Json(m.attention.kv_heads);
+    mj["heads"] = has_attention(m) ? Json(m.attention.heads) : Json();
+    mj["kv_heads"] = mla || !has_attention(m) ? Json() : Json(m.attention.kv_heads);
     mj["kv_dtype"] = std::string(dtype_name(f.format.dtype));
     mj["kv_bytes_per_token"] = f.bytes_per_token;
+    mj["state_bytes_per_sequence"] = f.state_bytes_per_sequence;
     mj["max_context"] = m.max_context ? Json(m.max_context) : Json();
     mj["source"] = m.source;
     models.push_back(std::move(mj));
   }
   r.json["models"] = std::move(models);
-  t.notes.push_back(std::to_string(builtin_models().size()) +
-                    " bundled models; KV/token in each model's dtype, MLA as the latent cache");
+  t.notes.push_back(
+      std::to_string(builtin_models().size()) +
+      " bundled models; KV/token at the full rate in each model's dtype (MLA as the latent "
+      "cache, a DSA indexer included), state per sequence as engines keep it by "
+      "default");
   r.csv = t;
   r.tables.push_back(std::move(t));
   emit(r, args.output, out);

@@ -180,6 +180,44 @@ TEST_CASE("state layers hold a constant state", "[footprint][hybrid]") {
   CHECK(f.contexts[1].kv_bytes == 24576ULL * 4096 + 39518208);
 }
 
+// The state per sequence of every bundled recurrent model, by hand from its config (conv state
+// (kernel − 1) × channels and SSM / recurrent state, vLLM's shapes; bf16 unless the model keeps
+// its SSM state in fp32).
+TEST_CASE("every bundled state model's state matches its hand derivation", "[footprint][zoo]") {
+  const std::map<std::string, u64> expected{
+      // 36 GDN: conv 3 x (2 x 16 x 128 + 32 x 128) + recurrent 32 x 128 x 128, bf16.
+      {"qwen3-next-80b-a3b", 36ULL * (3 * 8192 + 32 * 128 * 128) * 2},
+      // 48 GDN: conv 3 x 10,240 bf16 + recurrent 48 x 128 x 128 fp32 (mamba_ssm_dtype).
+      {"qwen3.5-27b", 48ULL * (3 * 10240 * 2 + 48 * 128 * 128 * 4)},
+      // 20 KDA: conv 3 x (3 x 32 x 128) bf16 + recurrent 32 x 128 x 128 fp32.
+      {"kimi-linear-48b-a3b", 20ULL * (3 * 12288 * 2 + 32 * 128 * 128 * 4)},
+      // 70 lightning layers: 64 heads x 128 x 128, bf16.
+      {"minimax-m1", 70ULL * 64 * 128 * 128 * 2},
+      // 24 Mamba-2: conv 3 x (8,192 + 2 x 8 x 128) bf16 + SSM 128 x 64 x 128 fp32.
+      {"nemotron-h-8b", 24ULL * (3 * 10240 * 2 + 128 * 64 * 128 * 4)},
+      // 54 Mamba-2: conv 3 x (16,384 + 2 x 8 x 256) bf16 + SSM 256 x 64 x 256 fp32.
+      {"nemotron-h-56b", 54ULL * (3 * 20480 * 2 + 256 * 64 * 256 * 4)},
+      // 64 Mamba-2: conv 3 x 10,240 + SSM 128 x 64 x 128, bf16.
+      {"mamba-codestral-7b", 64ULL * (3 * 10240 + 128 * 64 * 128) * 2},
+      // 64 Mamba: conv 3 x 5,120 + SSM 5,120 x 16, bf16.
+      {"mamba-2.8b", 64ULL * (3 * 5120 + 5120 * 16) * 2},
+      // 28 Mamba: conv 3 x 8,192 + SSM 8,192 x 16, bf16.
+      {"jamba-mini-1.5", 28ULL * (3 * 8192 + 8192 * 16) * 2},
+  };
+  std::size_t checked = 0;
+  for (const Model& m : builtin_models()) {
+    if (!m.state) {
+      continue;
+    }
+    INFO(m.name);
+    auto it = expected.find(m.name);
+    REQUIRE(it != expected.end());
+    CHECK(fp(m).state_bytes_per_sequence == it->second);
+    ++checked;
+  }
+  CHECK(checked == expected.size());
+}
+
 TEST_CASE("paging rounds each layer up to whole blocks", "[footprint][paging]") {
   // Llama-3.1-8B, 1,000 tokens in blocks of 16: 63 blocks = 1,008 tokens, 8 wasted.
   auto f = fp(zoo("llama-3.1-8b"), {1000, 1024}, {}, 16);
@@ -230,6 +268,36 @@ TEST_CASE("every bundled model matches its hand derivation", "[footprint][zoo]")
       {"qwen3-32b", 64 * 2 * 8 * 128 * 2},          // head_dim 128 != 5120 / 64
       {"qwen3-next-80b-a3b", 12 * 2 * 2 * 256 * 2}, // only the 12 full layers
       {"starcoder", 40 * 2 * 1 * 128 * 2},          // MQA
+      {"llama-3.3-70b", 80 * 2 * 8 * 128 * 2},
+      {"llama-4-scout", 48 * 2 * 8 * 128 * 2},    // full rate; 36 of 48 layers chunked at 8,192
+      {"llama-4-maverick", 48 * 2 * 8 * 128 * 2}, // the same attention as Scout
+      {"deepseek-v3.1", 61 * 576 * 2},
+      {"deepseek-v3.2",
+       61 * (576 * 2 + 128 + 4)}, // MLA latent + DSA indexer key (fp8 + fp32 scale)
+      {"glm-4.5", 92 * 2 * 8 * 128 * 2},
+      {"glm-4.6", 92 * 2 * 8 * 128 * 2},
+      {"qwen3-8b", 36 * 2 * 8 * 128 * 2},
+      {"qwen3-14b", 40 * 2 * 8 * 128 * 2},
+      {"qwen3-30b-a3b", 48 * 2 * 4 * 128 * 2},
+      {"qwen3-coder-480b-a35b", 62 * 2 * 8 * 128 * 2},
+      {"gpt-oss-20b", 24 * 2 * 8 * 64 * 2},
+      {"gemma-3-1b", 26 * 2 * 1 * 256 * 2}, // one KV head
+      {"gemma-3-4b", 34 * 2 * 4 * 256 * 2}, // heads, KV heads, head_dim: Gemma3TextConfig defaults
+      {"gemma-3-12b", 48 * 2 * 8 * 256 * 2},
+      {"mistral-small-3", 40 * 2 * 8 * 128 * 2},
+      {"mistral-large-2", 88 * 2 * 8 * 128 * 2},
+      {"phi-4", 40 * 2 * 10 * 128 * 2},
+      {"minimax-m1", 10 * 2 * 8 * 128 * 2},     // 10 softmax layers of 80; 70 lightning
+      {"nemotron-h-8b", 4 * 2 * 8 * 128 * 2},   // 4 '*' layers of 52
+      {"nemotron-h-56b", 10 * 2 * 8 * 128 * 2}, // 10 '*' layers of 118
+      {"mamba-codestral-7b", 0},                // attention-free
+      {"mamba-2.8b", 0},                        // attention-free
+      {"jamba-mini-1.5", 4 * 2 * 8 * 128 * 2},  // attention at i % 8 == 4
+      {"kimi-linear-48b-a3b", 7 * 576 * 2},     // 7 MLA layers of 27; 20 KDA
+      {"qwen3.5-27b", 16 * 2 * 4 * 256 * 2},    // every 4th of 64 layers full
+      {"chatglm3-6b", 28 * 2 * 2 * 128 * 2},    // multi_query_group_num 2, kv_channels 128
+      {"gpt-j-6b", 28 * 2 * 16 * 256 * 2},      // MHA, 4,096 / 16 = 256 per head
+      {"gpt-neox-20b", 44 * 2 * 64 * 96 * 2},   // MHA, 6,144 / 64 = 96 per head
   };
   CHECK(builtin_models().size() == expected.size());
   for (const Model& m : builtin_models()) {
