@@ -49,6 +49,15 @@ void add_cache_options(CLI::App* cmd, cli::CacheOptions& c) {
                   "DeepSeek dims)")
       ->check(CLI::IsMember({"latent", "expanded", "fp8_ds_mla"}))
       ->capture_default_str();
+  cmd->add_option("--mamba-cache-dtype", c.mamba_cache_dtype,
+                  "Recurrent layers' state (vLLM --mamba-cache-dtype): fp32, fp16, bf16 or auto "
+                  "[default: auto: the model's own, else the engine's rule: vLLM and plain the "
+                  "model dtype, SGLang conv bf16 and SSM fp32]")
+      ->type_name("DTYPE");
+  cmd->add_option("--mamba-ssm-cache-dtype", c.mamba_ssm_cache_dtype,
+                  "The SSM / recurrent part of that state alone (vLLM --mamba-ssm-cache-dtype): "
+                  "fp32, fp16, bf16 or auto [default: auto, as --mamba-cache-dtype]")
+      ->type_name("DTYPE");
 }
 
 void add_footprint_options(CLI::App* cmd, cli::FootprintArgs& a) {
@@ -135,6 +144,11 @@ void add_deployment_options(CLI::App* cmd, cli::DeploymentOptions& d, bool measu
                   "The KV pool per GPU as the engine reported it, e.g. 3.81GiB (vLLM "
                   "'Available KV cache memory')")
       ->type_name("BYTES");
+  cmd->add_option("--mamba-cache-mode", d.mamba_cache_mode,
+                  "vLLM, hybrid models: state blocks per sequence, none (one, prefix caching off) "
+                  "or align (two: the running state and the last block-aligned one)")
+      ->check(CLI::IsMember({"none", "align"}))
+      ->capture_default_str();
   cmd->add_option("--weight-dtype", d.weight_dtype,
                   "Weight storage: bf16, fp16, fp8 (128x128 block scales), int8, int4, nvfp4, "
                   "mxfp4 [default: the model's checkpoint]")

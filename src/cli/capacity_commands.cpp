@@ -132,6 +132,10 @@ EngineSettings engine_settings(const DeploymentOptions& d, std::optional<u64> bl
   s.reserve_bytes = bytes_option(d.reserve, "--reserve");
   s.non_kv_bytes = bytes_option(d.non_kv_memory, "--non-kv-memory");
   s.kv_cache_bytes = bytes_option(d.kv_cache_memory, "--kv-cache-memory");
+  s.mamba_cache_mode = k_mamba_cache_modes.parse(d.mamba_cache_mode);
+  if (s.mamba_cache_mode != MambaCacheMode::none && s.engine != Engine::vllm) {
+    throw InputError("--mamba-cache-mode belongs to --engine vllm, not " + d.engine);
+  }
   if (s.reserve_bytes && s.non_kv_bytes) {
     throw InputError("--reserve and --non-kv-memory both set the non-KV memory; give one");
   }

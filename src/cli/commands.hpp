@@ -27,7 +27,9 @@ struct CacheOptions {
   std::string kv_scale;       ///< empty: the dtype's default
   std::string kv_scale_dtype; ///< empty: the dtype's default
   std::string mla_cache = "latent";
-  std::string block_size; ///< empty: no paging
+  std::string mamba_cache_dtype;     ///< empty or auto: the engine's rule
+  std::string mamba_ssm_cache_dtype; ///< empty or auto: the engine's rule
+  std::string block_size;            ///< empty: no paging
 };
 
 /// Where and how a model is served: GPU, parallelism, engine and its budget knobs.
@@ -50,6 +52,7 @@ struct DeploymentOptions {
   std::string reserve;
   std::string non_kv_memory;
   std::string kv_cache_memory;
+  std::string mamba_cache_mode = "none"; ///< vLLM
   std::string weight_dtype;
   bool mtp = false;
 };

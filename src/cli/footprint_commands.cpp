@@ -45,6 +45,8 @@ CacheRequest cache_request(const CacheOptions& o) {
     r.scale_dtype = parse_dtype(o.kv_scale_dtype, "--kv-scale-dtype");
   }
   r.mla_format = parse_mla_format(o.mla_cache);
+  r.state_dtype = parse_state_dtype(o.mamba_cache_dtype, "--mamba-cache-dtype");
+  r.ssm_state_dtype = parse_state_dtype(o.mamba_ssm_cache_dtype, "--mamba-ssm-cache-dtype");
   return r;
 }
 

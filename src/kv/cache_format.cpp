@@ -124,6 +124,18 @@ MlaCacheFormat parse_mla_format(std::string_view text) {
                    did_you_mean(text, names) + " (one of: latent, expanded, fp8_ds_mla)");
 }
 
+std::optional<DType> parse_state_dtype(std::string_view text, std::string_view what) {
+  if (text.empty() || text == "auto") {
+    return std::nullopt;
+  }
+  DType d = parse_dtype(text, what);
+  if (d != DType::fp32 && d != DType::fp16 && d != DType::bf16) {
+    throw InputError(std::string(what) + " '" + std::string(text) +
+                     "': a recurrent state is kept in fp32, fp16 or bf16 (or auto)");
+  }
+  return d;
+}
+
 std::pair<ScaleGranularity, u64> parse_scale(std::string_view text) {
   if (text == "none") {
     return {ScaleGranularity::none, 0};

@@ -16,7 +16,7 @@ namespace {
 
 using detail::MapReader;
 
-constexpr std::array<std::string_view, 24> k_setting_keys{"model",
+constexpr std::array<std::string_view, 27> k_setting_keys{"model",
                                                           "gpu",
                                                           "gpus",
                                                           "tp",
@@ -38,6 +38,9 @@ constexpr std::array<std::string_view, 24> k_setting_keys{"model",
                                                           "kv_scale",
                                                           "kv_scale_dtype",
                                                           "mla_cache",
+                                                          "mamba_cache_dtype",
+                                                          "mamba_ssm_cache_dtype",
+                                                          "mamba_cache_mode",
                                                           "weight_dtype",
                                                           "mtp"};
 
@@ -118,6 +121,20 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   if (r.has("mla_cache")) {
     q.cache.mla_format =
         r.parsed("mla_cache", [](const std::string& t) { return parse_mla_format(t); });
+  }
+  auto state_dtype = [&](std::string_view key, std::optional<DType>& into) {
+    if (r.has(key)) {
+      into = r.parsed(key, [&](const std::string& t) { return parse_state_dtype(t, key); });
+    }
+  };
+  state_dtype("mamba_cache_dtype", q.cache.state_dtype);
+  state_dtype("mamba_ssm_cache_dtype", q.cache.ssm_state_dtype);
+  if (r.has("mamba_cache_mode")) {
+    q.engine.mamba_cache_mode = r.parsed(
+        "mamba_cache_mode", [](const std::string& t) { return k_mamba_cache_modes.parse(t); });
+    if (q.engine.mamba_cache_mode != MambaCacheMode::none && q.engine.engine != Engine::vllm) {
+      r.fail("mamba_cache_mode", "mamba_cache_mode belongs to engine vllm; set engine: vllm first");
+    }
   }
   if (auto mtp = r.flag("mtp")) {
     q.mtp = *mtp;

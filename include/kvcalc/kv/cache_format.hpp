@@ -71,6 +71,11 @@ struct CacheFormat {
 [[nodiscard]] std::string scale_name(const ScaleSpec& s);
 [[nodiscard]] std::string_view mla_format_name(MlaCacheFormat f);
 [[nodiscard]] MlaCacheFormat parse_mla_format(std::string_view text);
+/// A recurrent state dtype as vLLM's --mamba-cache-dtype takes it: fp32, fp16 or bf16 (any
+/// spelling parse_dtype reads); "" and "auto" give nullopt (the engine's rule). `what` names the
+/// option in errors.
+[[nodiscard]] std::optional<DType> parse_state_dtype(std::string_view text, std::string_view what);
+
 /// Parses "none", "tensor", "token-head" or "group:G" into a granularity and group.
 [[nodiscard]] std::pair<ScaleGranularity, u64> parse_scale(std::string_view text);
 
