@@ -164,16 +164,18 @@ CacheSpec indexer_spec(const Indexer& x) {
 
 CacheSpec state_spec(const Model& m, const CacheLayout& layout) {
   const StateSpec& s = *m.state;
-  // The user's dtypes first, then the model's own, then the engine's, then the model dtype.
-  DType conv = layout.cache.state_dtype.value_or(
-      s.conv_dtype.value_or(layout.state_defaults.conv.value_or(m.dtype)));
-  DType ssm = layout.cache.ssm_state_dtype.value_or(layout.cache.state_dtype.value_or(
-      s.ssm_dtype.value_or(layout.state_defaults.ssm.value_or(conv))));
+  const StateDtypeDefaults& engine = layout.state_defaults;
+  // The user's dtypes first, then the model's own where the engine keeps it, then the engine's,
+  // then the model dtype.
+  std::optional<DType> own_conv = s.conv_dtype;
+  std::optional<DType> own_ssm = engine.model_ssm ? s.ssm_dtype : std::nullopt;
+  DType conv = layout.cache.state_dtype.value_or(own_conv.value_or(engine.conv.value_or(m.dtype)));
+  DType ssm = layout.cache.ssm_state_dtype.value_or(
+      layout.cache.state_dtype.value_or(own_ssm.value_or(engine.ssm.value_or(conv))));
   if (s.kind == StateKind::custom || s.kind == StateKind::lightning) {
     // One tensor: the conv dtype does not apply.
-    ssm = layout.cache.ssm_state_dtype.value_or(
-        layout.cache.state_dtype.value_or(s.ssm_dtype.value_or(
-            layout.state_defaults.ssm.value_or(layout.state_defaults.conv.value_or(m.dtype)))));
+    ssm = layout.cache.ssm_state_dtype.value_or(layout.cache.state_dtype.value_or(
+        own_ssm.value_or(engine.ssm.value_or(engine.conv.value_or(m.dtype)))));
   }
   CacheSpec spec;
   spec.kind = CacheKind::state;

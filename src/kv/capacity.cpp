@@ -215,7 +215,7 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
   layout.head_split = rules.head_split();
   layout.pp = p.pp;
   layout.mtp_layers = req.mtp ? m.mtp_layers : 0;
-  layout.state_defaults = rules.state_dtypes();
+  layout.state_defaults = rules.state_dtypes(m);
   r.cache = resolve_cache_format(layout.cache, m);
   r.cache_groups = cache_groups(m, layout);
   r.kv_bytes_per_token_per_gpu = bytes_per_token(r.cache_groups);

@@ -68,7 +68,7 @@ public:
   [[nodiscard]] virtual std::string_view version() const = 0;
   [[nodiscard]] virtual HeadSplit head_split() const { return HeadSplit::floor; }
   /// The state dtypes the engine keeps unless the user or the model says otherwise.
-  [[nodiscard]] virtual StateDtypeDefaults state_dtypes() const { return {}; }
+  [[nodiscard]] virtual StateDtypeDefaults state_dtypes(const Model& /*m*/) const { return {}; }
   /// The cache format the engine stores for what the user asked (vLLM and SGLang store a DSA
   /// model's fp8 cache as fp8_ds_mla).
   [[nodiscard]] virtual CacheRequest cache_request(const CacheRequest& asked, const Model& m,

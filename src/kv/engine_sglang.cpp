@@ -136,8 +136,8 @@ public:
     return "SGLang v0.5.10 (srt/model_executor/pool_configurator.py @ 003fca80)";
   }
 
-  [[nodiscard]] StateDtypeDefaults state_dtypes() const override {
-    return {DType::bf16, DType::fp32};
+  [[nodiscard]] StateDtypeDefaults state_dtypes(const Model& /*m*/) const override {
+    return {DType::bf16, DType::fp32, true};
   }
 
   [[nodiscard]] CacheRequest cache_request(const CacheRequest& asked, const Model& m,

@@ -78,6 +78,12 @@ public:
 
   [[nodiscard]] HeadSplit head_split() const override { return HeadSplit::ceiling; }
 
+  /// Conv in the model dtype; the SSM state in the config's mamba_ssm_cache_dtype (Nemotron-H),
+  /// not in Qwen3.5's mamba_ssm_dtype (config_utils.py reads only the former).
+  [[nodiscard]] StateDtypeDefaults state_dtypes(const Model& m) const override {
+    return {std::nullopt, std::nullopt, m.architecture.starts_with("NemotronH")};
+  }
+
   [[nodiscard]] Scheduler scheduler(const Gpu& /*gpu*/, const EngineSettings& s) const override {
     return {s.max_batched_tokens.value_or(8192), s.max_seqs.value_or(2048)};
   }

@@ -19,6 +19,7 @@
 // - vllm/engine/arg_utils.py: scheduler defaults of `vllm serve`.
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include <kvcalc/core/units.hpp>
@@ -103,6 +104,18 @@ class VllmRules : public EngineRules {
 public:
   [[nodiscard]] std::string_view version() const override {
     return "vLLM v0.20 (vllm/v1/core/kv_cache_utils.py @ 001cabc1)";
+  }
+
+  /// `auto` is the model dtype for every part; the checkpoint's own SSM dtype counts only for the
+  /// architectures whose config hook reads it (models/config.py: NemotronHForCausalLMConfig,
+  /// Qwen3_5ForConditionalGenerationConfig); a Qwen3.5 served as Qwen3_5ForCausalLM keeps bf16.
+  [[nodiscard]] StateDtypeDefaults state_dtypes(const Model& m) const override {
+    static constexpr std::array<std::string_view, 5> k_reads_ssm_dtype{
+        "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM", "NemotronH_Nano_VL_V2",
+        "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"};
+    bool reads = std::find(k_reads_ssm_dtype.begin(), k_reads_ssm_dtype.end(), m.architecture) !=
+                 k_reads_ssm_dtype.end();
+    return {std::nullopt, std::nullopt, reads};
   }
 
   [[nodiscard]] CacheRequest cache_request(const CacheRequest& asked, const Model& m,

@@ -94,6 +94,105 @@ TEST_CASE("vLLM groups for 5:1 local:global layers", "[capacity][vllm]") {
 //           = 184,549,376 + 131,334,144 + 536,870,912 = 852,754,432
 //   pool = 23,192,823,398 - 16,913,276,928 = 6,279,546,470
 //   blocks = 6,279,546,470 // 65,536 // 32 = 2,994; tokens = 47,904; at 20,000: 2,994 / 1,250.
+Model load(const std::string& path) {
+  Diagnostics d;
+  return load_model(std::string(KVCALC_SOURCE_DIR) + "/" + path, d);
+}
+
+// vLLM grows the attention block of a hybrid model until one attention page covers a state page
+// (platforms/interface.py _align_hybrid_block_size): block = 16 · ⌈state / (16 · a1)⌉. Two
+// published anchors:
+// - NVIDIA-Nemotron-Nano-9B-v2 (vLLM issue #24280: "672 tokens"), its SSM state in bf16 as vLLM
+//   kept it then: conv 3 x (10,240 + 2 x 8 x 128) x 2 + SSM 128 x 80 x 128 x 2 = 2,695,168 B; a1 =
+//   8 x 2 x 128 x 2 = 4,096 B: 16 x ⌈2,695,168 / 65,536⌉ = 16 x 42 = 672.
+// - Qwen3.5-9B served as Qwen3_5ForCausalLM (vLLM 0.19.0 log in issue #39993: "Setting attention
+//   block size to 272 tokens"): no config hook reads its mamba_ssm_dtype, so bf16: conv 3 x 8,192
+//   x 2 + 32 x 128 x 128 x 2 = 1,097,728 B; a1 = 4 x 2 x 256 x 2 = 4,096 B: 16 x 17 = 272.
+TEST_CASE("vLLM hybrid block alignment reproduces the engine's logs", "[capacity][vllm][hybrid]") {
+  auto nano =
+      request(load("tests/data/models/nemotron-nano-9b-v2.yaml"), "h100-sxm", Engine::vllm, {8192});
+  nano.cache.ssm_state_dtype = DType::bf16;
+  nano.engine.kv_cache_bytes = 10ULL << 30;
+  CapacityResult r = compute_capacity(nano);
+  CHECK(r.block_size == 672);
+  // 4 attention and 27 Mamba layers: groups of 4 (27 is not under 1.5 x 4), 1 full + 7 state;
+  // page 672 x 4,096 = 2,752,512 B; 10 GiB // page // 4 = 975 blocks; a request of 8,192
+  // tokens holds ⌈8,192 / 672⌉ = 13 attention blocks and 7 state blocks.
+  REQUIRE(r.pool_groups.size() == 2);
+  CHECK(r.pool_groups[0].kind == "full");
+  CHECK(r.pool_groups[0].groups == 1);
+  CHECK(r.pool_groups[1].kind == "state");
+  CHECK(r.pool_groups[1].groups == 7);
+  CHECK(r.num_blocks == 975);
+  CHECK(r.contexts[0].blocks_per_sequence == 20);
+  CHECK(r.contexts[0].max_concurrency == Approx(48.75));
+  CHECK(r.contexts[0].max_sequences == 48); // (975 − the null block) // 20
+
+  auto causal =
+      request(load("tests/data/models/qwen3.5-9b-causallm.json"), "h100-sxm", Engine::vllm, {1024});
+  causal.engine.kv_cache_bytes = 10ULL << 30;
+  CHECK(compute_capacity(causal).block_size == 272);
+  // As Qwen3_5ForConditionalGeneration the fp32 state counts: 16 x ⌈2,146,304 / 65,536⌉ = 528.
+  causal.model.architecture = "Qwen3_5ForConditionalGeneration";
+  CHECK(compute_capacity(causal).block_size == 528);
+}
+
+// DeepSeek-V3.2 under vLLM: an fp8 cache is stored as fp8_ds_mla (656 B), its indexer's keys
+// (132 B) beside it, one uniform-type group of blocks of 64 (FlashMLA-sparse):
+// num_blocks = 40 GiB // (64 x 61 x (656 + 132)) = 13,961; GPU KV cache size 13,961 x 64 =
+// 893,504 tokens; at 131,072 tokens 2,048 blocks: 6.82x, 6 whole requests.
+TEST_CASE("vLLM sizes DSA as one uniform-type group", "[capacity][vllm][dsa]") {
+  auto v32 = request(zoo("deepseek-v3.2"), "h200", Engine::vllm, {131072});
+  v32.cache.dtype = DType::fp8_e4m3;
+  v32.parallel.tp = 8;
+  v32.engine.kv_cache_bytes = 40ULL << 30;
+  CapacityResult r = compute_capacity(v32);
+  CHECK(r.cache.mla_format == MlaCacheFormat::fp8_ds_mla);
+  CHECK(r.block_size == 64);
+  CHECK(r.num_blocks == 13961);
+  CHECK(r.kv_tokens == 893504);
+  REQUIRE(r.pool_groups.size() == 2);
+  CHECK(r.pool_groups[0].kind == "uniform:full");
+  CHECK(r.pool_groups[1].kind == "uniform:indexer");
+  CHECK(r.contexts[0].max_concurrency == Approx(13961.0 / 2048));
+  CHECK(r.contexts[0].max_sequences == 6);
+}
+
+// SGLang's state pool for Qwen3-Next-80B-A3B at tp 1: one slot is conv 3 x 8,192 bf16 + recurrent
+// 32 x 128 x 128 fp32 per layer, x 36 = 77,266,944 B (its mamba_cache_per_req); with a 40 GiB
+// rest: K = ⌊(42,949,672,960 x 0.9 / 1.9 − 77,266,944) / 77,266,944⌋ = 262 slots, K + 1 charged;
+// the KV pool gets the rest at 12 x 2 x 2 x 256 x 2 = 24,576 B per token.
+TEST_CASE("SGLang sets a hybrid's state slots aside first", "[capacity][sglang][hybrid]") {
+  auto next = request(zoo("qwen3-next-80b-a3b"), "h200", Engine::sglang, {4096});
+  next.weight_dtype = DType::fp8_e4m3; // the weights fit one H200
+  next.engine.kv_cache_bytes = 40ULL << 30;
+  CapacityResult r = compute_capacity(next);
+  REQUIRE(r.pool_groups.size() == 2);
+  CHECK(r.pool_groups[1].kind == "state");
+  CHECK(r.pool_groups[1].page_bytes == 77266944);
+  CHECK(r.state_slots == 262);
+  u64 rest = (40ULL << 30) - 263ULL * 77266944;
+  CHECK(r.kv_tokens == rest / 24576);
+  // Running requests: three slots each under its no_buffer strategy: 262 // 3 = 87.
+  CHECK(r.contexts[0].max_sequences == 87);
+}
+
+// TensorRT-LLM charges every batch slot's state before the tokens: (max_batch_size x pp + 1) x
+// the state of one sequence. Nemotron-H-8B: 24 Mamba layers x (61,440 + 128 x 64 x 128 x 4) =
+// 102,137,856 B; with 64 slots and a 20 GiB budget: 21,474,836,480 − 65 x 102,137,856 =
+// 14,835,875,840 B; 16,384 B per token: 905,510 tokens, 28,297 blocks of 32.
+TEST_CASE("TensorRT-LLM takes a hybrid's states off the budget first",
+          "[capacity][trtllm][hybrid]") {
+  auto h = request(zoo("nemotron-h-8b"), "h100-sxm", Engine::trtllm, {8192});
+  h.engine.kv_cache_bytes = 20ULL << 30;
+  h.engine.max_seqs = 64;
+  CapacityResult r = compute_capacity(h);
+  CHECK(r.kv_tokens == (21474836480ULL - 65ULL * 102137856) / 16384);
+  CHECK(r.num_blocks == r.kv_tokens / 32);
+  CHECK(r.state_slots == 64);
+  CHECK(r.contexts[0].max_sequences == 64); // 3,536 sequences' blocks, 64 state slots
+}
+
 TEST_CASE("vLLM budget by hand: Llama-3.1-8B on an RTX 3090", "[capacity][vllm]") {
   auto req = request(zoo("llama-3.1-8b"), "rtx-3090", Engine::vllm, {20000});
   req.engine.memory_fraction = 0.9;

@@ -83,6 +83,8 @@ enum class HeadSplit {
 struct StateDtypeDefaults {
   std::optional<DType> conv; ///< unset: the model dtype (vLLM's and SGLang's `auto`)
   std::optional<DType> ssm;  ///< unset: as conv
+  /// The engine keeps the SSM dtype the model's config gives (StateSpec::ssm_dtype) over its own.
+  bool model_ssm = true;
 };
 
 /// How one GPU holds the model's cache.
