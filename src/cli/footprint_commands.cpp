@@ -298,17 +298,40 @@ Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
                       std::string(engine_name(c.engine)) +
                       " (kvcalc capacity for the budget of each)");
   }
+  // The headline compares what each model holds at the table's longest context, windows and
+  // states included; the per-layer and full per-token rates follow.
+  std::size_t longest = 0;
+  for (std::size_t i = 0; i < base.footprint.contexts.size(); ++i) {
+    if (base.footprint.contexts[i].tokens > base.footprint.contexts[longest].tokens) {
+      longest = i;
+    }
+  }
   for (const auto& e : entries) {
-    if (&e == &base || e.footprint.bytes_per_token_per_layer == 0 ||
-        e.footprint.bytes_per_token == 0) {
+    if (&e == &base || e.footprint.contexts.empty()) {
       continue;
     }
+    const ContextFootprint& mine = e.footprint.contexts[longest];
+    const ContextFootprint& theirs = base.footprint.contexts[longest];
+    if (mine.kv_bytes == 0 || theirs.kv_bytes == 0) {
+      continue;
+    }
+    std::string line = e.model.name + " holds " + factor(mine.kv_bytes, theirs.kv_bytes) +
+                       (mine.kv_bytes == theirs.kv_bytes ? " as " : " than ") + base.model.name +
+                       " at " + context_label(mine.tokens);
+    std::vector<std::string> rates;
     const u64 layer = e.footprint.bytes_per_token_per_layer;
     const u64 base_layer = base.footprint.bytes_per_token_per_layer;
-    t.notes.push_back(e.model.name + " stores " + factor(layer, base_layer) +
-                      (layer == base_layer ? " as " : " than ") + base.model.name + " per layer, " +
-                      factor(e.footprint.bytes_per_token, base.footprint.bytes_per_token) +
-                      " per token");
+    if (layer > 0 && base_layer > 0) {
+      rates.push_back("per layer " + factor(layer, base_layer));
+    }
+    if (e.footprint.bytes_per_token > 0 && base.footprint.bytes_per_token > 0) {
+      rates.push_back("per token at the full rate " +
+                      factor(e.footprint.bytes_per_token, base.footprint.bytes_per_token));
+    }
+    for (std::size_t i = 0; i < rates.size(); ++i) {
+      line += (i == 0 ? "; " : ", ") + rates[i];
+    }
+    t.notes.push_back(line);
   }
   return t;
 }

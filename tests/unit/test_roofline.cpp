@@ -221,3 +221,50 @@ TEST_CASE("dp-attention: one GPU attends 1/tp of the sequences", "[roofline][ste
   cost.add(load, Phase::decode, 1, 4095, 64, 64 * cost.attention_share());
   CHECK(cost.time_s(load) == Approx(compute_roofline(req).time_s).epsilon(1e-12));
 }
+
+// Windows and chunks cap what a layer reads and attends: gpt-oss-120b, 18 sliding layers of
+// window 128 and 18 full ones, 8 KV heads x (64 + 64) x 2 B = 2,048 B per token per layer. One
+// sequence decoding at 32,768 tokens reads 18 x 2,048 x 128 from its sliding layers and 18 x
+// 2,048 x 32,768 from its full ones.
+TEST_CASE("sliding and chunked layers read their window only", "[roofline][hybrid]") {
+  auto r = compute_roofline(request("gpt-oss-120b", "h200", 1, 32768));
+  CHECK(find_op(r, "attention.core.sliding").kv_bytes == Approx(18.0 * 2048 * 128));
+  CHECK(find_op(r, "attention.core").kv_bytes == Approx(18.0 * 2048 * 32768));
+  // Llama-4-Scout: 36 chunked layers (8,192) and 12 global, 4,096 B per token per layer.
+  auto scout = compute_roofline(request("llama-4-scout", "h200", 1, 32768));
+  CHECK(find_op(scout, "attention.core.chunked").kv_bytes == Approx(36.0 * 4096 * 8192));
+  CHECK(find_op(scout, "attention.core").kv_bytes == Approx(12.0 * 4096 * 32768));
+}
+
+// A recurrent layer reads and writes each sequence's state once per decode step, whatever the
+// context: Mamba-Codestral-7B, 64 layers of 2,158,592 B; batch 8: 2 x 8 x 64 x 2,158,592 B.
+// Its projections are the model's weights (7,285,403,648 parameters less the embedding and
+// head, 2 x 32,768 x 4,096, and the norms).
+TEST_CASE("state layers read and write their state each step", "[roofline][state]") {
+  auto r = compute_roofline(request("mamba-codestral-7b", "h200", 8, 4096));
+  const Op& scan = find_op(r, "state.scan");
+  CHECK(scan.kv_bytes == Approx(2.0 * 8 * 64 * 2158592));
+  CHECK(compute_roofline(request("mamba-codestral-7b", "h200", 8, 262144)).ops.size() ==
+        r.ops.size());
+  CHECK(find_op(compute_roofline(request("mamba-codestral-7b", "h200", 8, 262144)), "state.scan")
+            .kv_bytes == Approx(scan.kv_bytes));
+  const Op& proj = find_op(r, "state.proj");
+  double mixers = 7285403648.0 - 2.0 * 32768 * 4096 - 65 * 4096;
+  CHECK(proj.weight_bytes == Approx(2 * mixers).epsilon(1e-9));
+}
+
+// DeepSeek sparse attention: the indexer scores every cached token (its 132 B key of each of
+// 61 layers), attention reads the top 2,048 only. One sequence at 131,072 tokens, tp 8.
+TEST_CASE("DSA decode: an indexer over the context, attention over the top-k", "[roofline][dsa]") {
+  auto req = request("deepseek-v3.2", "h200", 1, 131072);
+  req.parallel.tp = 8;
+  auto r = compute_roofline(req);
+  CHECK(find_op(r, "attention.indexer").kv_bytes == Approx(61.0 * 132 * 131072));
+  CHECK(find_op(r, "attention.core").kv_bytes == Approx(61.0 * 1152 * 2048));
+  // s·t of the indexer: 64 heads x 128 wide scores per cached token.
+  CHECK(find_op(r, "attention.indexer").flops >= 2.0 * 131072 * 64 * 128 * 61);
+  // Without the indexer (DeepSeek-V3) the same step reads every token's latent.
+  auto v3 = request("deepseek-v3", "h200", 1, 131072);
+  v3.parallel.tp = 8;
+  CHECK(find_op(compute_roofline(v3), "attention.core").kv_bytes == Approx(61.0 * 1152 * 131072));
+}
