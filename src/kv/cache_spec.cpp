@@ -226,9 +226,10 @@ std::vector<CacheGroup> cache_groups(const Model& m, const CacheLayout& layout) 
       out.push_back(std::move(g));
     }
   };
-  for (auto [type, kind] : {std::pair{LayerType::full, CacheKind::full},
-                            std::pair{LayerType::sliding, CacheKind::sliding},
-                            std::pair{LayerType::chunked, CacheKind::chunked}}) {
+  for (const auto& [layer_type, kind] : {std::pair{LayerType::full, CacheKind::full},
+                                         std::pair{LayerType::sliding, CacheKind::sliding},
+                                         std::pair{LayerType::chunked, CacheKind::chunked}}) {
+    LayerType type = layer_type; // a copy: lambdas cannot capture a structured binding in C++17
     if (std::find(types.begin(), types.end(), type) == types.end()) {
       continue;
     }

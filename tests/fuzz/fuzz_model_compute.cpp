@@ -24,7 +24,8 @@ void compute_all(const kvcalc::Model& model) {
   (void)kvcalc::count_params(model);
 
   const kvcalc::Gpu& gpu = kvcalc::builtin_gpus().front();
-  for (kvcalc::Engine engine : {kvcalc::Engine::plain, kvcalc::Engine::vllm}) {
+  for (kvcalc::Engine engine : {kvcalc::Engine::plain, kvcalc::Engine::vllm, kvcalc::Engine::sglang,
+                                kvcalc::Engine::trtllm}) {
     try {
       kvcalc::CapacityRequest request;
       request.model = model;
@@ -43,6 +44,11 @@ void compute_all(const kvcalc::Model& model) {
   roofline.rates = kvcalc::device_rates(gpu);
   roofline.context = 4096;
   (void)kvcalc::compute_roofline(roofline);
+  roofline.parallel.tp = 2;
+  try {
+    (void)kvcalc::compute_roofline(roofline);
+  } catch (const kvcalc::Error&) {
+  }
 }
 
 } // namespace
