@@ -51,6 +51,44 @@ u64 SequencePool::units_at(u64 tokens) const {
   return total;
 }
 
+u64 SequencePool::stable_until(u64 tokens) const {
+  auto saturating = [](u64 a, u64 b) { return a > ~u64{0} - b ? ~u64{0} : a + b; };
+  u64 until = ~u64{0};
+  for (const PoolTerm& t : terms) {
+    u64 bound = ~u64{0};
+    switch (t.kind) {
+    case CacheKind::full:
+    case CacheKind::indexer:
+      // The same blocks until the last one is full.
+      bound = ceil_div(tokens, t.block_size) * t.block_size;
+      break;
+    case CacheKind::sliding:
+      if (tokens > 0) {
+        // The last block stays until it is full; the first until the window leaves it.
+        u64 first = tokens > t.window ? (tokens - t.window) / t.block_size : 0;
+        u64 last_full = ((tokens - 1) / t.block_size + 1) * t.block_size;
+        bound = std::min(last_full, saturating((first + 1) * t.block_size, t.window - 1));
+      } else {
+        bound = 0;
+      }
+      break;
+    case CacheKind::chunked:
+      if (tokens > 0) {
+        u64 start = (tokens - 1) / t.window * t.window;
+        bound = std::min(saturating(start, ceil_div(tokens - start, t.block_size) * t.block_size),
+                         saturating(start, t.window));
+      } else {
+        bound = 0;
+      }
+      break;
+    case CacheKind::state:
+      break;
+    }
+    until = std::min(until, bound);
+  }
+  return until;
+}
+
 u64 SequencePool::prefix_units(u64 blocks) const {
   u64 total = 0;
   for (const PoolTerm& t : terms) {

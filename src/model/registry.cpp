@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include <kvcalc/core/spell.hpp>
@@ -24,7 +25,31 @@ const std::vector<Model>& builtin_models() {
   return models;
 }
 
+namespace {
+
+/// "models/deepseek-v3.yaml" → "deepseek-v3".
+std::string_view file_stem(std::string_view path) {
+  std::size_t slash = path.rfind('/');
+  std::string_view file = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  return file.substr(0, file.rfind('.'));
+}
+
+} // namespace
+
 const Model* find_builtin_model(std::string_view name) {
+  // A bundled file is named after its model, so a model asked by name is parsed alone; an
+  // alias needs the whole zoo.
+  static std::vector<std::unique_ptr<const Model>> by_file(builtin_model_files().size());
+  std::span<const EmbeddedFile> files = builtin_model_files();
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (iequals(file_stem(files[i].path), name)) {
+      if (!by_file[i]) {
+        by_file[i] = std::make_unique<const Model>(
+            parse_model_yaml(std::string(files[i].text), std::string(files[i].path)));
+      }
+      return by_file[i].get();
+    }
+  }
   for (const auto& m : builtin_models()) {
     if (iequals(m.name, name)) {
       return &m;

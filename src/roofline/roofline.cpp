@@ -230,10 +230,19 @@ StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
       break;
     }
   }
+  double topk = 0; // DSA: tokens each query attends
   if (m.indexer) {
-    m_topk = d(m.indexer->topk);
+    topk = d(m.indexer->topk);
     m_index_heads = d(m.indexer->heads);
     m_index_dim = d(m.indexer->head_dim);
+  }
+  // A window or chunk caps what a layer holds and attends; DSA's full layers attend only the
+  // top-k tokens their indexer picks.
+  for (std::size_t k = 0; k < m_kinds.size(); ++k) {
+    m_kinds[k].cap = m_kinds[k].window > 0 ? m_kinds[k].window : topk;
+    if (m_kinds[k].layers > 0) {
+      m_present[m_present_count++] = k;
+    }
   }
   m_w = d(dtype_storage_bytes(m.dtype, 1024)) / 1024;
   DType wdt = req.weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
@@ -354,13 +363,9 @@ void StepCost::add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies
   load.sequences += attention_copies;
   bool absorbed = !m_mla || resolve_mla_mode(m_req.mla, phase, s) == MlaMode::absorbed;
   AttentionLoad& path = absorbed ? load.absorbed : load.naive;
-  for (std::size_t k = 0; k < m_kinds.size(); ++k) {
-    if (m_kinds[k].layers == 0) {
-      continue;
-    }
-    // A window or chunk caps what a layer holds and attends; DSA's full layers attend only
-    // the top-k tokens their indexer picks.
-    double cap = m_kinds[k].window > 0 ? m_kinds[k].window : m_topk > 0 ? m_topk : 0;
+  for (std::size_t i = 0; i < m_present_count; ++i) {
+    std::size_t k = m_present[i];
+    double cap = m_kinds[k].cap;
     AttentionSums& sums = path.kinds[k];
     sums.query += attention_copies * query;
     sums.attended += attention_copies * query * (cap > 0 ? std::min(t_eff, cap) : t_eff);

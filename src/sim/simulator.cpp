@@ -92,9 +92,12 @@ using Units = std::array<u64, k_max_pools>;
 struct Seq {
   Request req;
   u64 computed = 0;         ///< tokens in the KV cache
+  u64 computed_blocks = 0;  ///< blocks of the first pool's full layers `computed` fills
   u64 generated = 0;        ///< output tokens sampled so far
   u64 high = 0;             ///< most tokens it ever had computed (recompute counts below this)
   Units held{};             ///< units of each pool this sequence holds alone
+  u64 held_until = 0;       ///< tokens up to which `held` stays what it needs (when `sized`)
+  bool sized = false;       ///< `held` was sized by the pools' terms and `held_until` is valid
   u64 shared_blocks = 0;    ///< blocks of a shared prefix it reads
   bool owns_prefix = false; ///< computing a prefix others will share (not yet complete)
   bool holds_ref = false;   ///< counted among a ready prefix's holders
@@ -137,6 +140,7 @@ public:
       m_free[p] = m_pools[p].capacity;
     }
     m_prefix_block = m_pools.front().prefix_block_size();
+    m_block = m_prefix_block > 0 ? m_prefix_block : std::max<u64>(m_c.block_size, 1);
     if (m_c.max_batched_tokens == 0 || m_c.max_seqs == 0) {
       throw InputError("the simulated instance needs a token budget and a sequence limit of at "
                        "least 1");
@@ -171,10 +175,7 @@ public:
 
 private:
   /// Blocks of the first pool's full layers that hold `tokens` tokens (prefixes, swap).
-  [[nodiscard]] u64 blocks_for(u64 tokens) const {
-    u64 block = m_prefix_block > 0 ? m_prefix_block : m_c.block_size;
-    return (tokens + block - 1) / block;
-  }
+  [[nodiscard]] u64 blocks_for(u64 tokens) const { return (tokens + m_block - 1) / m_block; }
 
   /// New arrivals up to `now` join the queue, or are rejected when they can never run.
   void pull(double now) {
@@ -245,8 +246,16 @@ private:
     return true;
   }
 
-  void allocate(Seq& s, const std::array<long long, k_max_pools>& need) {
+  /// Whether `s` already holds what `tokens` tokens want of every pool.
+  [[nodiscard]] static bool holds_enough(const Seq& s, u64 tokens) {
+    return s.sized && tokens <= s.held_until;
+  }
+
+  /// Takes (or gives back) `need` so that `s` holds what `tokens` tokens want.
+  void allocate(Seq& s, const std::array<long long, k_max_pools>& need, u64 tokens) {
+    s.held_until = ~u64{0};
     for (std::size_t p = 0; p < m_pools.size(); ++p) {
+      s.held_until = std::min(s.held_until, m_pools[p].stable_until(tokens));
       if (need[p] >= 0) {
         m_free[p] -= static_cast<u64>(need[p]);
         s.held[p] += static_cast<u64>(need[p]);
@@ -255,18 +264,22 @@ private:
         s.held[p] -= static_cast<u64>(-need[p]);
       }
     }
+    s.sized = true;
   }
 
   /// Gives back everything `s` holds; its prefix stays while other holders run.
   void release(Seq& s) {
+    m_full_blocks -= own_blocks(s);
     for (std::size_t p = 0; p < m_pools.size(); ++p) {
       m_free[p] += s.held[p];
       s.held[p] = 0;
     }
+    s.sized = false;
     m_stored -= s.computed - std::min(s.computed, s.shared_blocks * m_prefix_block);
     if (s.holds_ref || s.owns_prefix) {
       auto it = m_prefixes.find(s.req.prefix_id);
       if (s.holds_ref && --it->second.refs == 0) {
+        m_full_blocks -= it->second.blocks;
         m_free[0] += m_pools[0].prefix_units(it->second.blocks);
         m_stored -= it->second.blocks * m_prefix_block;
         m_prefixes.erase(it);
@@ -290,6 +303,7 @@ private:
     } else {
       release(victim);
       victim.computed = 0;
+      victim.computed_blocks = 0;
     }
     ++m_r.preemptions;
     m_preempted_now = true;
@@ -297,8 +311,7 @@ private:
   }
 
   [[nodiscard]] double swap_time(u64 tokens) const {
-    u64 block = m_prefix_block > 0 ? m_prefix_block : m_c.block_size;
-    double bytes = static_cast<double>(blocks_for(tokens) * block) * m_c.kv_bytes_per_token;
+    double bytes = static_cast<double>(blocks_for(tokens) * m_block) * m_c.kv_bytes_per_token;
     return bytes / m_c.swap_bytes_per_s;
   }
 
@@ -322,10 +335,12 @@ private:
       return; // still being computed by its first holder: compute it alone
     }
     u64 k = std::min(shareable, it->second.blocks);
+    s.sized = false;
     ++it->second.refs;
     s.holds_ref = true;
     s.shared_blocks = k;
     s.computed = k * m_prefix_block;
+    s.computed_blocks = k;
   }
 
   void detach_prefix(Seq& s) {
@@ -338,6 +353,8 @@ private:
     s.holds_ref = false;
     s.shared_blocks = 0;
     s.computed = 0;
+    s.computed_blocks = 0;
+    s.sized = false;
   }
 
   /// Records `n` new tokens of `s` in this step's load and in the cache.
@@ -350,7 +367,11 @@ private:
     if (s.computed < s.high) {
       m_r.recomputed_tokens += std::min(n, s.high - s.computed);
     }
+    m_full_blocks -= own_blocks(s);
     s.computed += n;
+    if (s.computed > s.computed_blocks * m_block) {
+      s.computed_blocks = blocks_for(s.computed);
+    }
     s.high = std::max(s.high, s.computed);
     m_stored += n;
     m_r.computed_tokens += n;
@@ -361,12 +382,15 @@ private:
         // The prefix is complete: its blocks pass from this sequence to the shared entry.
         e.ready = true;
         e.refs = 1;
+        m_full_blocks += e.blocks;
         s.held[0] -= m_pools[0].prefix_units(e.blocks);
+        s.sized = false;
         s.shared_blocks = e.blocks;
         s.owns_prefix = false;
         s.holds_ref = true;
       }
     }
+    m_full_blocks += own_blocks(s);
   }
 
   double step(double now) {
@@ -382,20 +406,23 @@ private:
     for (std::size_t i = 0; i < m_running.size() && budget > 0; ++i) {
       Seq& s = m_running[i];
       u64 n = std::min(s.known() - s.computed, budget);
-      auto need = shortfall(s, s.computed + n);
-      bool self_preempted = false;
-      while (!room_for(need)) {
-        if (i + 1 == m_running.size()) {
-          preempt_back(); // the sequence itself: nothing later is left to take from
-          self_preempted = true;
+      u64 tokens = s.computed + n;
+      if (!holds_enough(s, tokens)) {
+        auto need = shortfall(s, tokens);
+        bool self_preempted = false;
+        while (!room_for(need)) {
+          if (i + 1 == m_running.size()) {
+            preempt_back(); // the sequence itself: nothing later is left to take from
+            self_preempted = true;
+            break;
+          }
+          preempt_back();
+        }
+        if (self_preempted) {
           break;
         }
-        preempt_back();
+        allocate(m_running[i], need, tokens);
       }
-      if (self_preempted) {
-        break;
-      }
-      allocate(m_running[i], need);
       schedule(m_running[i], n);
       m_scheduled.push_back(i);
       budget -= n;
@@ -428,7 +455,8 @@ private:
       m_running.push_back(std::move(s));
       m_waiting.pop_front();
       Seq& r = m_running.back();
-      allocate(r, need);
+      m_full_blocks += own_blocks(r);
+      allocate(r, need, r.computed + n);
       schedule(r, n);
       m_scheduled.push_back(m_running.size() - 1);
       budget -= n;
@@ -478,7 +506,12 @@ private:
     m_r.kv_peak_blocks = std::max(m_r.kv_peak_blocks, used);
     m_r.kv_peak = std::max(m_r.kv_peak, occupancy);
     m_occupancy_time += occupancy * duration;
-    double slots = static_cast<double>(full_blocks() * m_prefix_block);
+#ifndef NDEBUG
+    if (m_full_blocks != counted_full_blocks()) {
+      throw Error("internal error: the simulator lost count of its full-attention blocks");
+    }
+#endif
+    double slots = m_prefix_block > 0 ? static_cast<double>(m_full_blocks * m_prefix_block) : 0;
     if (slots > 0) {
       m_fragmentation_time += (slots - static_cast<double>(m_stored)) / slots * duration;
       m_holding_time += duration;
@@ -507,16 +540,17 @@ private:
     return end;
   }
 
-  /// Blocks of the first pool's full layers held (shared prefixes once): the slots the
-  /// fragmentation figure compares with the tokens stored.
-  [[nodiscard]] u64 full_blocks() const {
-    if (m_prefix_block == 0) {
-      return 0;
-    }
+  /// Blocks of the first pool's full layers `s` fills alone (a shared prefix is counted once,
+  /// in its entry).
+  [[nodiscard]] static u64 own_blocks(const Seq& s) {
+    return s.computed_blocks > s.shared_blocks ? s.computed_blocks - s.shared_blocks : 0;
+  }
+
+  /// m_full_blocks counted afresh, to check the running count in debug builds.
+  [[nodiscard]] u64 counted_full_blocks() const {
     u64 blocks = 0;
     for (const Seq& s : m_running) {
-      u64 own = blocks_for(s.computed);
-      blocks += own > s.shared_blocks ? own - s.shared_blocks : 0;
+      blocks += own_blocks(s);
     }
     for (const auto& [id, e] : m_prefixes) {
       blocks += e.ready ? e.blocks : 0;
@@ -571,7 +605,11 @@ private:
   std::vector<u64> m_limits;
   Units m_free{};
   u64 m_prefix_block = 0; ///< tokens per block of the first pool's full layers (0: none)
+  u64 m_block = 1;        ///< m_prefix_block, or the instance's block size when it has none
   u64 m_stored = 0;       ///< tokens in allocated blocks, shared prefixes counted once
+  /// Blocks of the first pool's full layers held by running sequences and ready prefixes
+  /// (each prefix once): the slots the fragmentation figure compares with m_stored.
+  u64 m_full_blocks = 0;
   double m_stages = 1;
   StepLoad m_load;
   double m_step_swap_s = 0;

@@ -1,10 +1,13 @@
 // Throughput of the pure-arithmetic paths, printed for docs/performance.md. Not a test: run
-// `build/tests/kvcalc_bench` on a quiet machine and compare ratios within one run.
+// `build/tests/kvcalc_bench` on a quiet machine and compare ratios within one run. Names given
+// on the command line restrict the footprint line to those bundled models (to set one build's
+// zoo against another's); by default it runs them all.
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/kv/footprint.hpp>
@@ -24,7 +27,21 @@ template <class F> double seconds(F&& f) {
 
 } // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::vector<const Model*> zoo;
+  for (int i = 1; i < argc; ++i) {
+    const Model* m = find_builtin_model(argv[i]);
+    if (m == nullptr) {
+      std::fprintf(stderr, "kvcalc_bench: no bundled model '%s' (see `kvcalc models`)\n", argv[i]);
+      return 2;
+    }
+    zoo.push_back(m);
+  }
+  if (zoo.empty()) {
+    for (const Model& m : builtin_models()) {
+      zoo.push_back(&m);
+    }
+  }
   const Model& v3 = *find_builtin_model("deepseek-v3");
   GpuCatalog catalog;
   const Gpu& h200 = catalog.find("h200");
@@ -81,14 +98,14 @@ int main() {
     FootprintOptions o;
     o.contexts = {4096, 32768, 131072};
     for (int i = 0; i < 2000; ++i) {
-      for (const Model& m : builtin_models()) {
-        checksum += static_cast<double>(compute_footprint(m, o).bytes_per_token);
+      for (const Model* m : zoo) {
+        checksum += static_cast<double>(compute_footprint(*m, o).bytes_per_token);
         ++footprints;
       }
     }
   });
-  std::printf("footprint: %llu footprints in %.3f s = %.0f/s (checksum %.6g)\n",
-              static_cast<unsigned long long>(footprints), footprint_s,
+  std::printf("footprint: %llu footprints (%zu models) in %.3f s = %.0f/s (checksum %.6g)\n",
+              static_cast<unsigned long long>(footprints), zoo.size(), footprint_s,
               static_cast<double>(footprints) / footprint_s, checksum);
 
   // The serving simulator: 100,000 requests of the chat workload (docs/examples/chat.yaml)

@@ -377,3 +377,42 @@ TEST_CASE("the MTP module adds weights and one layer of KV", "[capacity][mtp]") 
   CHECK(with.kv_bytes_per_token_per_gpu == 62 * 1152);
   CHECK(with.weights_bytes_per_gpu > without.weights_bytes_per_gpu);
 }
+
+TEST_CASE("a sequence's units stay what they are up to stable_until", "[capacity][pool]") {
+  // Small blocks, windows and chunks, so every edge (block, window, chunk) is crossed.
+  const PoolTerm full{CacheKind::full, 0, 4, 3};
+  const PoolTerm sliding{CacheKind::sliding, 10, 4, 1};
+  const PoolTerm sliding_edge{CacheKind::sliding, 8, 4, 2}; // window a whole number of blocks
+  const PoolTerm chunked{CacheKind::chunked, 12, 4, 1};
+  const PoolTerm chunked_short{CacheKind::chunked, 6, 4, 1}; // chunk not a whole number
+  const PoolTerm state{CacheKind::state, 0, 1, 1};
+  const std::vector<std::vector<PoolTerm>> pools{{full},
+                                                 {sliding},
+                                                 {sliding_edge},
+                                                 {chunked},
+                                                 {chunked_short},
+                                                 {state},
+                                                 {full, sliding},
+                                                 {full, chunked, state},
+                                                 {sliding, chunked_short, sliding_edge}};
+  for (const auto& terms : pools) {
+    SequencePool pool{"test", "blocks", 1000, terms};
+    for (u64 t = 0; t <= 120; ++t) {
+      INFO("terms " << terms.size() << ", first kind " << static_cast<int>(terms[0].kind)
+                    << ", tokens " << t);
+      u64 until = pool.stable_until(t);
+      REQUIRE(until >= t);
+      u64 units = pool.units_at(t);
+      for (u64 x = t; x <= std::min<u64>(until, t + 64); ++x) {
+        REQUIRE(pool.units_at(x) == units);
+      }
+      if (terms.size() == 1 && terms[0].kind == CacheKind::full) {
+        CHECK(pool.units_at(until + 1) == units + 3); // tight: one token more takes a block
+      }
+    }
+  }
+  // A state holds its one slot at any length.
+  SequencePool states{"test", "slots", 10, {state}};
+  CHECK(states.stable_until(0) == ~u64{0});
+  CHECK(states.stable_until(1'000'000) == ~u64{0});
+}

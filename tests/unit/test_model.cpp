@@ -145,6 +145,21 @@ TEST_CASE("every bundled model parses, validates and round-trips through import 
   }
 }
 
+TEST_CASE("every bundled file is named after its model, which the registry finds by it",
+          "[model][zoo][registry]") {
+  REQUIRE(builtin_model_files().size() == builtin_models().size());
+  for (const EmbeddedFile& file : builtin_model_files()) {
+    INFO(file.path);
+    Model m = parse_model_yaml(std::string(file.text), std::string(file.path));
+    CHECK(file.path == "models/" + m.name + ".yaml");
+    const Model* found = find_builtin_model(m.name);
+    REQUIRE(found != nullptr);
+    CHECK(found->name == m.name);
+    CHECK(found->layers == m.layers);
+    CHECK(found->source == m.source);
+  }
+}
+
 TEST_CASE("the registry finds names and aliases in any case and suggests near misses",
           "[model][registry]") {
   Diagnostics d;

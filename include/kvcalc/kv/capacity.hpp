@@ -112,6 +112,9 @@ struct SequencePool {
   /// tokens; sliding: the blocks the window overlaps, the rest freed; chunked: the blocks of the
   /// current chunk; state: one).
   [[nodiscard]] u64 units_at(u64 tokens) const;
+  /// The most tokens, from `tokens` on, at which a sequence still holds `units_at(tokens)`:
+  /// until then a growing sequence needs no new unit and frees none.
+  [[nodiscard]] u64 stable_until(u64 tokens) const;
   /// Units of the first `blocks` blocks of its full-attention terms: what a shared prefix of
   /// that many blocks stands for.
   [[nodiscard]] u64 prefix_units(u64 blocks) const;

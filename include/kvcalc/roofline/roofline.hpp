@@ -185,6 +185,7 @@ private:
     double stored = 0;  ///< layers that store their own KV
     double window = 0;  ///< tokens a layer holds; 0: every token (full)
     double kv_rate = 0; ///< KV bytes per token per layer on this GPU
+    double cap = 0;     ///< most tokens a query attends (window, chunk or DSA top-k); 0: all
     bool sliding_geometry = false;
   };
 
@@ -197,7 +198,8 @@ private:
   Geometry m_main;     ///< full and chunked layers (and sliding ones without their own)
   Geometry m_sliding;  ///< sliding layers with `sliding_attention`
   std::array<Kind, k_attention_kinds_priced> m_kinds;
-  double m_topk = 0;         ///< DSA: tokens each query attends; 0 without an indexer
+  std::array<std::size_t, k_attention_kinds_priced> m_present{}; ///< kinds with layers here
+  std::size_t m_present_count = 0;
   double m_index_layers = 0; ///< DSA: indexer layers on this GPU
   double m_index_rate = 0;   ///< DSA: indexer key bytes per token per layer
   double m_index_heads = 0;  ///< DSA: indexer query heads
