@@ -166,7 +166,23 @@ void footprint_tables(const Entry& e, std::vector<Table>& tables) {
             is_state ? Cell::empty() : Cell::bytes_exact(g.spec.bytes_per_token * g.layers),
             is_state ? Cell::bytes_exact(g.spec.state_bytes * g.layers) : Cell::empty());
   }
-  if (f.groups.size() > 1) {
+  // Layers that store nothing: those reading another layer's cache, and those without a
+  // token mixer (MLP-only layers of a pattern).
+  u64 stored = 0;
+  u64 shared = 0;
+  for (const auto& g : f.groups) {
+    stored += g.spec.kind == CacheKind::indexer ? 0 : g.layers; // beside its layers' own cache
+    shared += g.shared_layers;
+  }
+  if (shared > 0) {
+    add_row(Cell::text("shared"), shared, Cell::empty(), Cell::empty(), Cell::bytes_exact(0),
+            Cell::empty());
+  }
+  if (m.layers > stored + shared) {
+    add_row(Cell::text("none"), m.layers - stored - shared, Cell::empty(), Cell::empty(),
+            Cell::bytes_exact(0), Cell::empty());
+  }
+  if (layers.rows.size() > 1) {
     add_row(Cell::text("total"), m.layers, Cell::empty(), Cell::empty(),
             Cell::bytes_exact(f.bytes_per_token),
             f.state_bytes_per_sequence ? Cell::bytes_exact(f.state_bytes_per_sequence)
