@@ -161,7 +161,7 @@ TEST_CASE("Gated DeltaNet, KDA and lightning states", "[cache_spec][state]") {
   // is asked of the SSM part (vLLM's kda_state_dtype).
   CacheRequest bf16_ssm;
   bf16_ssm.ssm_state_dtype = DType::bf16;
-  const CacheSpec& kda = find(groups(zoo("kimi-linear-48b-a3b"), 1, bf16_ssm), "state").spec;
+  CacheSpec kda = find(groups(zoo("kimi-linear-48b-a3b"), 1, bf16_ssm), "state").spec;
   CHECK(kda.state[1].dtype == DType::fp32);
   CHECK(kda.state_bytes == 3 * 12288 * 2 + 32 * 128 * 128 * 4);
   // MiniMax-M1 lightning: 64 heads x 128 x 128, bf16; tp 8: 8 heads.
@@ -175,7 +175,7 @@ TEST_CASE("state dtypes: the user's, the model's where the engine keeps it, the 
           "[cache_spec][state][dtype]") {
   // Qwen3.5-27B's config keeps its SSM state in fp32: recurrent 48 x 128 x 128 x 4 B.
   const Model& q = zoo("qwen3.5-27b");
-  const CacheSpec& own = find(groups(q), "state").spec;
+  CacheSpec own = find(groups(q), "state").spec;
   CHECK(own.state[1].dtype == DType::fp32);
   // An engine that ignores the model's SSM dtype keeps the conv dtype (bf16).
   StateDtypeDefaults ignores{std::nullopt, std::nullopt, false};
@@ -187,7 +187,7 @@ TEST_CASE("state dtypes: the user's, the model's where the engine keeps it, the 
   // The user's wins over all: --mamba-cache-dtype fp16 sets both parts.
   CacheRequest fp16;
   fp16.state_dtype = DType::fp16;
-  const CacheSpec& asked = find(groups(q, 1, fp16, sglang), "state").spec;
+  CacheSpec asked = find(groups(q, 1, fp16, sglang), "state").spec;
   CHECK(asked.state[0].dtype == DType::fp16);
   CHECK(asked.state[1].dtype == DType::fp16);
 }
