@@ -102,26 +102,11 @@ std::string scale_name(const ScaleSpec& s) {
 }
 
 std::string_view mla_format_name(MlaCacheFormat f) {
-  switch (f) {
-  case MlaCacheFormat::latent:
-    return "latent";
-  case MlaCacheFormat::expanded:
-    return "expanded";
-  case MlaCacheFormat::fp8_ds_mla:
-    return "fp8_ds_mla";
-  }
-  return "?";
+  return k_mla_formats.name(f);
 }
 
 MlaCacheFormat parse_mla_format(std::string_view text) {
-  static const std::vector<std::string> names{"latent", "expanded", "fp8_ds_mla"};
-  for (auto f : {MlaCacheFormat::latent, MlaCacheFormat::expanded, MlaCacheFormat::fp8_ds_mla}) {
-    if (text == mla_format_name(f)) {
-      return f;
-    }
-  }
-  throw InputError("unknown MLA cache format '" + std::string(text) + "'" +
-                   did_you_mean(text, names) + " (one of: latent, expanded, fp8_ds_mla)");
+  return k_mla_formats.parse(text);
 }
 
 std::optional<DType> parse_state_dtype(std::string_view text, std::string_view what) {

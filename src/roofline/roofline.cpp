@@ -12,49 +12,19 @@
 namespace kvcalc {
 
 std::string_view phase_name(Phase p) {
-  switch (p) {
-  case Phase::decode:
-    return "decode";
-  case Phase::prefill:
-    return "prefill";
-  case Phase::extend:
-    return "extend";
-  }
-  return "?";
+  return k_phases.name(p);
 }
 
 Phase parse_phase(std::string_view text) {
-  for (Phase p : {Phase::decode, Phase::prefill, Phase::extend}) {
-    if (text == phase_name(p)) {
-      return p;
-    }
-  }
-  static const std::vector<std::string> names{"decode", "prefill", "extend"};
-  throw InputError("unknown phase '" + std::string(text) + "'" + did_you_mean(text, names) +
-                   " (one of: decode, prefill, extend)");
+  return k_phases.parse(text);
 }
 
 std::string_view mla_mode_name(MlaMode m) {
-  switch (m) {
-  case MlaMode::absorbed:
-    return "absorbed";
-  case MlaMode::naive:
-    return "naive";
-  case MlaMode::automatic:
-    return "auto";
-  }
-  return "?";
+  return k_mla_modes.name(m);
 }
 
 MlaMode parse_mla_mode(std::string_view text) {
-  for (MlaMode m : {MlaMode::absorbed, MlaMode::naive, MlaMode::automatic}) {
-    if (text == mla_mode_name(m)) {
-      return m;
-    }
-  }
-  static const std::vector<std::string> names{"absorbed", "naive", "auto"};
-  throw InputError("unknown MLA mode '" + std::string(text) + "'" + did_you_mean(text, names) +
-                   " (one of: absorbed, naive, auto)");
+  return k_mla_modes.parse(text);
 }
 
 DeviceRates device_rates(const Gpu& gpu, double bandwidth_efficiency, double flops_efficiency) {

@@ -12,19 +12,11 @@
 namespace kvcalc {
 
 std::string_view preemption_name(Preemption p) {
-  return p == Preemption::recompute ? "recompute" : "swap";
+  return k_preemptions.name(p);
 }
 
 Preemption parse_preemption(std::string_view text) {
-  if (text == "recompute") {
-    return Preemption::recompute;
-  }
-  if (text == "swap") {
-    return Preemption::swap;
-  }
-  static const std::vector<std::string> names{"recompute", "swap"};
-  throw InputError("unknown preemption mode '" + std::string(text) + "'" +
-                   did_you_mean(text, names) + " (one of: recompute, swap)");
+  return k_preemptions.parse(text);
 }
 
 SimConfig instance_config(const CapacityRequest& request, const CapacityResult& capacity,

@@ -269,27 +269,11 @@ std::string describe(const LengthDistribution& d) {
 }
 
 std::string_view arrival_name(ArrivalProcess a) {
-  switch (a) {
-  case ArrivalProcess::poisson:
-    return "poisson";
-  case ArrivalProcess::constant:
-    return "constant";
-  case ArrivalProcess::burst:
-    return "burst";
-  }
-  return "?";
+  return k_arrival_processes.name(a);
 }
 
 ArrivalProcess parse_arrival(std::string_view text) {
-  for (ArrivalProcess a :
-       {ArrivalProcess::poisson, ArrivalProcess::constant, ArrivalProcess::burst}) {
-    if (text == arrival_name(a)) {
-      return a;
-    }
-  }
-  static const std::vector<std::string> names{"poisson", "constant", "burst"};
-  throw InputError("unknown arrival process '" + std::string(text) + "'" +
-                   did_you_mean(text, names) + " (one of: poisson, constant, burst)");
+  return k_arrival_processes.parse(text);
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include <kvcalc/core/dtype.hpp>
+#include <kvcalc/core/names.hpp>
 #include <kvcalc/model/model.hpp>
 
 namespace kvcalc {
@@ -29,6 +30,11 @@ enum class MlaCacheFormat {
   expanded,   ///< per-head K (d_nope + d_R) and V (d_v), as HF eager code stores them
   fp8_ds_mla, ///< fp8 latent, fp32 scale per 128 latent values, bf16 RoPE part (656 B at V3 dims)
 };
+inline constexpr NameTable<MlaCacheFormat, 3> k_mla_formats{
+    "MLA cache format",
+    {{{MlaCacheFormat::latent, "latent"},
+      {MlaCacheFormat::expanded, "expanded"},
+      {MlaCacheFormat::fp8_ds_mla, "fp8_ds_mla"}}}};
 
 /// What the user asked for; unset fields take the model's and the dtype's defaults.
 struct CacheRequest {

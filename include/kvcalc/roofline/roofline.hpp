@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include <kvcalc/core/names.hpp>
 #include <kvcalc/device/gpu.hpp>
 #include <kvcalc/kv/cache_format.hpp>
 #include <kvcalc/kv/capacity.hpp>
@@ -33,6 +34,14 @@ enum class NaiveKv {
   fused,        ///< decompressed on chip, never written back
   materialized, ///< written to memory and read back by the attention kernel
 };
+
+inline constexpr NameTable<Phase, 3> k_phases{
+    "phase", {{{Phase::decode, "decode"}, {Phase::prefill, "prefill"}, {Phase::extend, "extend"}}}};
+inline constexpr NameTable<MlaMode, 3> k_mla_modes{
+    "MLA mode",
+    {{{MlaMode::absorbed, "absorbed"}, {MlaMode::naive, "naive"}, {MlaMode::automatic, "auto"}}}};
+inline constexpr NameTable<NaiveKv, 2> k_naive_kv{
+    "naive KV", {{{NaiveKv::fused, "fused"}, {NaiveKv::materialized, "materialized"}}}};
 
 [[nodiscard]] std::string_view phase_name(Phase p);
 [[nodiscard]] Phase parse_phase(std::string_view text);

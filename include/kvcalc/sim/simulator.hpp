@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <kvcalc/core/names.hpp>
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/roofline/roofline.hpp>
 #include <kvcalc/sim/metrics.hpp>
@@ -19,6 +20,8 @@ enum class Preemption {
   recompute, ///< free its blocks; prompt and generated tokens are prefilled again (vLLM)
   swap,      ///< copy its blocks to host memory and back when it resumes
 };
+inline constexpr NameTable<Preemption, 2> k_preemptions{
+    "preemption mode", {{{Preemption::recompute, "recompute"}, {Preemption::swap, "swap"}}}};
 
 [[nodiscard]] std::string_view preemption_name(Preemption p);
 [[nodiscard]] Preemption parse_preemption(std::string_view text);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <kvcalc/core/checked.hpp>
+#include <kvcalc/core/names.hpp>
 
 namespace kvcalc {
 
@@ -79,6 +80,11 @@ enum class ArrivalProcess {
   constant, ///< one request every 1/rate seconds, the first at 0
   burst,    ///< `requests` requests, all at t = 0
 };
+inline constexpr NameTable<ArrivalProcess, 3> k_arrival_processes{
+    "arrival process",
+    {{{ArrivalProcess::poisson, "poisson"},
+      {ArrivalProcess::constant, "constant"},
+      {ArrivalProcess::burst, "burst"}}}};
 
 [[nodiscard]] std::string_view arrival_name(ArrivalProcess a);
 [[nodiscard]] ArrivalProcess parse_arrival(std::string_view text);
