@@ -169,49 +169,6 @@ u64 activation_estimate(const Model& m, u64 tokens, u64 seqs, u64 tp) {
   return checked_add(hidden, logits);
 }
 
-/// The deployment checks every command shares (docs/cli.md, "Deployments").
-Parallelism resolve_parallelism(const Model& m, Parallelism p) {
-  std::string g_gpus = group_digits(p.gpus);
-  if (p.tp == 0 || p.pp == 0 || p.dcp == 0) {
-    throw InputError("--tp, --pp and --dcp must be at least 1");
-  }
-  u64 copy = checked_mul(p.tp, p.pp);
-  p.gpus = p.gpus == 0 ? copy : p.gpus;
-  if (p.gpus % copy != 0) {
-    throw InputError("--gpus " + group_digits(p.gpus) + " is not a multiple of tp × pp = " +
-                     group_digits(copy) + "; each model copy needs tp × pp GPUs");
-  }
-  if (p.dcp > 1) {
-    if (p.tp % p.dcp != 0) {
-      throw InputError("--dcp " + group_digits(p.dcp) + " must divide --tp " + group_digits(p.tp) +
-                       " (decode context parallel reuses the TP group)");
-    }
-    if (!has_attention(m) || m.attention.kind != AttentionKind::mla) {
-      throw InputError("--dcp applies to MLA models; " + m.name + " is " + attention_label(m));
-    }
-    if (p.dp_attention) {
-      throw InputError("--dcp and --dp-attention are two ways to stop replicating the MLA "
-                       "cache; choose one");
-    }
-    if (count_layers(m, LayerType::sliding) + count_layers(m, LayerType::chunked) +
-            count_layers(m, LayerType::state) >
-        0) {
-      throw InputError("--dcp applies to models whose every cache grows with the context; " +
-                       m.name + " has sliding, chunked or state layers");
-    }
-  }
-  if (p.pp > m.layers) {
-    throw InputError("--pp " + group_digits(p.pp) + " is more pipeline stages than " + m.name +
-                     "'s " + group_digits(m.layers) + " layers; each stage needs at least one");
-  }
-  p.ep = p.ep == 0 ? p.tp : p.ep;
-  if (p.ep > p.gpus) {
-    throw InputError("--ep " + group_digits(p.ep) + " exceeds the " + group_digits(p.gpus) +
-                     " GPUs");
-  }
-  return p;
-}
-
 } // namespace
 
 CapacityResult compute_capacity(const CapacityRequest& req) {
@@ -227,15 +184,16 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
   r.derivation = Derivation(req.explain);
   Derivation& why = r.derivation;
 
-  Parallelism p = resolve_parallelism(m, req.parallel);
+  Deployment resolved = resolve_deployment(m, req.parallel, req.weight_dtype);
+  const Parallelism& p = resolved.parallel;
   r.parallel = p;
-  r.replicas = p.gpus / (p.tp * p.pp);
-  u64 attention_tp = p.dp_attention ? 1 : p.tp;
-  r.kv_pools = checked_mul(r.replicas, p.dp_attention ? p.tp : 1);
+  r.replicas = resolved.replicas;
+  u64 attention_tp = resolved.attention_tp;
+  r.kv_pools = resolved.kv_pools;
 
   // Weights on the busiest GPU of one copy.
   ParamCount params = count_params(m);
-  r.weight_dtype = req.weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
+  r.weight_dtype = resolved.weight_dtype;
   WeightSharding sharding{p.tp, attention_tp, p.pp, p.ep, req.mtp};
   WeightBytes weights = weight_bytes(m, params, r.weight_dtype, sharding);
   r.weights_bytes_per_gpu = weights.per_gpu;

@@ -151,12 +151,14 @@ MlaMode resolve_mla_mode(MlaMode requested, Phase phase, u64 s) {
 
 StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
   const Model& m = req.model;
-  const Parallelism& par = req.parallel;
-  if (par.tp == 0 || par.pp == 0) {
-    throw InputError("--tp and --pp must be at least 1");
+  if (req.parallel.dcp > 1) {
+    throw InputError("the roofline does not model decode context parallel (--dcp); its step "
+                     "would be priced as without it");
   }
-  u64 ep = par.ep == 0 ? par.tp : par.ep;
-  u64 attention_tp = par.dp_attention ? 1 : par.tp;
+  Deployment deployment = resolve_deployment(m, req.parallel, req.weight_dtype);
+  const Parallelism& par = deployment.parallel;
+  u64 ep = par.ep;
+  u64 attention_tp = deployment.attention_tp;
   m_mla = has_attention(m) && m.attention.kind == AttentionKind::mla;
   m_ep = d(ep);
   m_attention_share = par.dp_attention ? 1.0 / d(par.tp) : 1.0;
@@ -215,7 +217,7 @@ StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
     }
   }
   m_w = d(dtype_storage_bytes(m.dtype, 1024)) / 1024;
-  DType wdt = req.weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
+  DType wdt = deployment.weight_dtype;
   // Bytes per weight element in storage, scales included (docs/formulas.md §9).
   auto weight_per_element = [&](DType dt, u64 rows, u64 cols) {
     TensorGroup tg{"", rows, cols, 1, TensorPlace::layer, true, false};
@@ -601,11 +603,10 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   double tokens = d(req.batch) * d(s);
   out.tokens_per_s = tokens / out.time_s;
   out.time_per_token_s = req.phase == Phase::decode ? out.time_s / d(s) : out.time_s;
-  u64 ep = par.ep == 0 ? par.tp : par.ep;
-  u64 attention_tp = par.dp_attention ? 1 : par.tp;
-  DType wdt = req.weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
+  Deployment deployment = resolve_deployment(m, par, req.weight_dtype);
   WeightBytes weights =
-      weight_bytes(m, count_params(m), wdt, {par.tp, attention_tp, par.pp, ep, false});
+      weight_bytes(m, count_params(m), deployment.weight_dtype,
+                   {par.tp, deployment.attention_tp, par.pp, deployment.parallel.ep, false});
   if (weights.per_gpu > req.gpu.memory_bytes) {
     out.notes.push_back(m.name + ": its weights (" + group_digits(weights.per_gpu) +
                         " B per GPU at tp " + std::to_string(par.tp) + ") do not fit in one " +

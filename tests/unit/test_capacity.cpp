@@ -416,3 +416,30 @@ TEST_CASE("a sequence's units stay what they are up to stable_until", "[capacity
   CHECK(states.stable_until(0) == ~u64{0});
   CHECK(states.stable_until(1'000'000) == ~u64{0});
 }
+
+TEST_CASE("a deployment is checked once and its counts derived", "[capacity][deployment]") {
+  const Model& v3 = *find_builtin_model("deepseek-v3");
+  // 16 GPUs at tp 8: two copies; dp-attention gives each rank its own pool.
+  Deployment d = resolve_deployment(v3, {16, 8, 1, 0, 1, true}, std::nullopt);
+  CHECK(d.parallel.gpus == 16);
+  CHECK(d.parallel.ep == 8); // experts over tp when unset
+  CHECK(d.replicas == 2);
+  CHECK(d.attention_tp == 1);
+  CHECK(d.kv_pools == 16);
+  CHECK(d.weight_dtype == DType::fp8_e4m3); // the checkpoint's
+  CHECK(resolve_deployment(v3, {0, 8, 1, 0, 1, false}, DType::bf16).weight_dtype == DType::bf16);
+  CHECK(resolve_deployment(v3, {0, 8, 1, 0, 1, false}, std::nullopt).parallel.gpus == 8);
+  CHECK_THROWS_WITH(resolve_deployment(v3, {12, 8, 1, 0, 1, false}, std::nullopt),
+                    Catch::Contains("not a multiple of tp × pp = 8"));
+  CHECK_THROWS_WITH(resolve_deployment(v3, {0, 8, 1, 0, 3, false}, std::nullopt),
+                    Catch::Contains("--dcp 3 must divide --tp 8"));
+  CHECK_THROWS_WITH(
+      resolve_deployment(*find_builtin_model("llama-3.1-8b"), {0, 2, 1, 0, 2, false}, std::nullopt),
+      Catch::Contains("--dcp applies to MLA models"));
+  CHECK_THROWS_WITH(resolve_deployment(v3, {0, 1, 62, 0, 1, false}, std::nullopt),
+                    Catch::Contains("more pipeline stages than deepseek-v3's 61 layers"));
+  CHECK_THROWS_WITH(resolve_deployment(v3, {0, 8, 1, 16, 1, false}, std::nullopt),
+                    Catch::Contains("--ep 16 shards the experts over more GPUs than the 8 GPUs"));
+  CHECK_THROWS_WITH(resolve_deployment(v3, {0, 0, 1, 0, 1, false}, std::nullopt),
+                    Catch::Contains("at least 1"));
+}

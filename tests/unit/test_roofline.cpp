@@ -268,3 +268,19 @@ TEST_CASE("DSA decode: an indexer over the context, attention over the top-k", "
   v3.parallel.tp = 8;
   CHECK(find_op(compute_roofline(v3), "attention.core").kv_bytes == Approx(61.0 * 1152 * 131072));
 }
+
+TEST_CASE("the roofline refuses the deployments capacity refuses", "[roofline][deployment]") {
+  RooflineRequest r = request("llama-3.1-8b", "h100-sxm", 1, 4096);
+  r.parallel.pp = 33; // 32 layers: a stage would hold none
+  CHECK_THROWS_WITH(compute_roofline(r), Catch::Contains("more pipeline stages than"));
+  r.parallel.pp = 1;
+  r.parallel.ep = 64; // one GPU
+  CHECK_THROWS_WITH(compute_roofline(r), Catch::Contains("--ep 64 shards the experts"));
+  r.parallel.ep = 0;
+  r.parallel.tp = 3; // 8 KV heads
+  CHECK_THROWS_WITH(compute_roofline(r), Catch::Contains("cannot be split"));
+  RooflineRequest v3 = request("deepseek-v3", "h200", 1, 4096);
+  v3.parallel.tp = 8;
+  v3.parallel.dcp = 2;
+  CHECK_THROWS_WITH(compute_roofline(v3), Catch::Contains("does not model decode context"));
+}

@@ -12,6 +12,7 @@
 #include <kvcalc/device/gpu.hpp>
 #include <kvcalc/kv/cache_format.hpp>
 #include <kvcalc/kv/cache_spec.hpp>
+#include <kvcalc/kv/deployment.hpp>
 #include <kvcalc/kv/weights.hpp>
 #include <kvcalc/model/model.hpp>
 
@@ -35,15 +36,6 @@ enum class MambaCacheMode {
 };
 inline constexpr NameTable<MambaCacheMode, 2> k_mamba_cache_modes{
     "mamba cache mode", {{{MambaCacheMode::none, "none"}, {MambaCacheMode::align, "align"}}}};
-
-struct Parallelism {
-  u64 gpus = 0;              ///< GPUs in the deployment; 0: tp × pp
-  u64 tp = 1;                ///< tensor parallel
-  u64 pp = 1;                ///< pipeline parallel
-  u64 ep = 0;                ///< expert shards; 0: experts split over tp
-  u64 dcp = 1;               ///< decode context parallel: MLA tokens sharded over dcp TP ranks
-  bool dp_attention = false; ///< attention data parallel over the tp ranks (own sequences each)
-};
 
 struct EngineSettings {
   Engine engine = Engine::plain;

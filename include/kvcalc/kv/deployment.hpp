@@ -1,0 +1,36 @@
+#pragma once
+/// A model spread over GPUs: the parallelism a command is given, checked once against the
+/// model, with the counts every command derives from it (docs/cli.md, "Deployments").
+
+#include <optional>
+
+#include <kvcalc/core/dtype.hpp>
+#include <kvcalc/model/model.hpp>
+
+namespace kvcalc {
+
+struct Parallelism {
+  u64 gpus = 0;              ///< GPUs in the deployment; 0: tp × pp
+  u64 tp = 1;                ///< tensor parallel
+  u64 pp = 1;                ///< pipeline parallel
+  u64 ep = 0;                ///< expert shards; 0: experts split over tp
+  u64 dcp = 1;               ///< decode context parallel: MLA tokens sharded over dcp TP ranks
+  bool dp_attention = false; ///< attention data parallel over the tp ranks (own sequences each)
+};
+
+/// A parallelism that holds for its model, and what follows from it.
+struct Deployment {
+  Parallelism parallel; ///< gpus and ep filled in
+  u64 replicas = 1;     ///< model copies: gpus / (tp × pp)
+  u64 attention_tp = 1; ///< ranks the attention heads split over: 1 with dp-attention, else tp
+  u64 kv_pools = 1;     ///< KV pools of the deployment: one per copy, tp per copy with dp-attention
+  DType weight_dtype{}; ///< the one asked for, else the checkpoint's, else the model dtype
+};
+
+/// Checks `p` against `m` (sizes of at least 1, whole copies, a dcp that divides tp on a model
+/// it applies to, at least one layer per pipeline stage, no more expert shards than GPUs) and
+/// resolves it; an InputError saying which flag to change otherwise.
+[[nodiscard]] Deployment resolve_deployment(const Model& m, const Parallelism& p,
+                                            std::optional<DType> weight_dtype);
+
+} // namespace kvcalc
