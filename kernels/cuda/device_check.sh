@@ -59,7 +59,7 @@ fi
 
 say "kvcalc measure --backend cuda (issue 5's points)"
 timeout 120 "$kvcalc" measure --backend cuda --heads 16,128 --batch 128 --context 4k,32k \
-  --out "$out/profile.yaml" --format json -o "$out/measure.json" 2>&1 | tee -a "$log"
+  --profile "$out/profile.yaml" --format json -o "$out/measure.json" 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 say "kvcalc measure: the absorbed kernel over heads and batch (context 8k)"

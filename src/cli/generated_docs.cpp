@@ -1,14 +1,20 @@
 #include "generated_docs.hpp"
 
+#include <memory>
+#include <ostream>
+
 #include <algorithm>
 #include <sstream>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include <kvcalc/core/file.hpp>
 #include <kvcalc/core/version.hpp>
 #include <kvcalc/device/gpu.hpp>
 #include <kvcalc/model/registry.hpp>
+
+#include "command.hpp"
 
 namespace kvcalc::cli {
 
@@ -258,6 +264,46 @@ std::string man_page(CLI::App& app) {
     << ".SH SEE ALSO\nThe documentation in share/doc/kvcalc: cli.md, formulas.md, "
        "model-format.md, output-schema.md, simulate.md, device-profile.md.\n";
   return s.str();
+}
+
+namespace {
+
+/// `text` to stdout, or to -o FILE.
+int print_or_write(const std::string& text, const std::string& file, std::ostream& out) {
+  if (file.empty()) {
+    out << text;
+  } else {
+    write_text_file(file, text);
+  }
+  return 0;
+}
+
+} // namespace
+
+Command setup_completion(CLI::App& app) {
+  auto file = std::make_shared<std::string>();
+  auto shell = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "completion", "Print a shell completion script generated from these options");
+  cmd->add_option("shell", *shell, "The shell")->check(CLI::IsMember({"bash"}))->required();
+  cmd->add_option("-o,--output", *file, "Write it to FILE instead of stdout")
+      ->type_name("FILE")
+      ->group(k_group_output);
+  return {cmd, [&app, file, shell](std::ostream& out, std::ostream&) {
+            return print_or_write(bash_completion(app), *file, out);
+          }};
+}
+
+Command setup_man(CLI::App& app) {
+  auto file = std::make_shared<std::string>();
+  CLI::App* cmd =
+      app.add_subcommand("man", "Print the man page (roff) generated from these options");
+  cmd->add_option("-o,--output", *file, "Write it to FILE instead of stdout")
+      ->type_name("FILE")
+      ->group(k_group_output);
+  return {cmd, [&app, file](std::ostream& out, std::ostream&) {
+            return print_or_write(man_page(app), *file, out);
+          }};
 }
 
 } // namespace kvcalc::cli

@@ -1,35 +1,15 @@
 #include <algorithm>
-#include <cerrno>
-#include <fstream>
 #include <ostream>
 
 #include <kvcalc/core/error.hpp>
+#include <kvcalc/core/file.hpp>
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/core/version.hpp>
+#include <kvcalc/model/loader.hpp>
 
-#include "commands.hpp"
+#include "command.hpp"
 
 namespace kvcalc::cli {
-
-namespace {
-
-Format parse_format(const std::string& name) {
-  if (name == "table") {
-    return Format::table;
-  }
-  if (name == "md") {
-    return Format::md;
-  }
-  if (name == "json") {
-    return Format::json;
-  }
-  if (name == "csv") {
-    return Format::csv;
-  }
-  throw InputError("unknown --format '" + name + "' (one of: table, md, json, csv)");
-}
-
-} // namespace
 
 Json json_header(const std::string& command) {
   Json j = Json::object();
@@ -39,23 +19,29 @@ Json json_header(const std::string& command) {
   return j;
 }
 
-void emit(const Rendered& result, const OutputOptions& options, std::ostream& out) {
-  ByteUnits units = ByteUnits::iec;
-  if (options.units == "si") {
-    units = ByteUnits::si;
-  } else if (options.units != "iec") {
-    throw InputError("unknown --units '" + options.units + "' (one of: iec, si)");
+std::vector<std::string> say_warnings(std::ostream& err, const std::vector<std::string>& warnings) {
+  std::vector<std::string> said;
+  for (const auto& w : warnings) {
+    if (std::find(said.begin(), said.end(), w) == said.end()) {
+      err << "kvcalc: warning: " << w << '\n';
+      said.push_back(w);
+    }
   }
+  return said;
+}
+
+void emit(Rendered& result, const OutputOptions& options, std::ostream& out, std::ostream& err) {
+  std::vector<std::string> said = say_warnings(err, result.warnings);
   std::string text;
-  switch (parse_format(options.format)) {
+  switch (options.format) {
   case Format::table:
-    text = render_text(result.tables, units);
+    text = render_text(result.tables, options.units);
     for (const auto& line : result.text_after) {
       text += line + '\n';
     }
     break;
   case Format::md:
-    text = render_markdown(result.tables, units);
+    text = render_markdown(result.tables, options.units);
     if (!result.text_after.empty()) {
       text += "\n```\n";
       for (const auto& line : result.text_after) {
@@ -65,6 +51,7 @@ void emit(const Rendered& result, const OutputOptions& options, std::ostream& ou
     }
     break;
   case Format::json:
+    result.json["warnings"] = string_array(said);
     text = result.json.dump(2) + '\n';
     break;
   case Format::csv:
@@ -95,14 +82,6 @@ Json string_array(const std::vector<std::string>& items) {
   return j;
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  errno = 0; // write_error reports what the open or the write sets
-  std::ofstream file(path, std::ios::binary);
-  if (!file || !(file << text) || !file.flush()) {
-    throw write_error(path, errno);
-  }
-}
-
 std::string context_label(u64 tokens) {
   if (tokens % (u64{1} << 20) == 0) {
     return std::to_string(tokens >> 20) + "M";
@@ -113,49 +92,34 @@ std::string context_label(u64 tokens) {
   return group_digits(tokens);
 }
 
-std::pair<double, double> parse_efficiency(const std::string& text) {
-  double bw = 1.0;
-  double flops = 1.0;
-  if (text.empty()) {
-    return {bw, flops};
+std::string attention_detail(const Model& m) {
+  std::string state = m.state ? std::string(k_state_kinds.name(m.state->kind)) : "";
+  if (!has_attention(m)) {
+    return "ssm " + state;
   }
-  std::size_t start = 0;
-  std::vector<std::string> seen;
-  while (start <= text.size()) {
-    std::size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma - start);
-    auto eq = item.find('=');
-    std::string key = item.substr(0, eq);
-    if (eq == std::string::npos || (key != "bw" && key != "flops")) {
-      throw InputError("invalid --efficiency '" + text +
-                       "': expected bw=F and/or flops=F, e.g. bw=0.85,flops=0.7");
-    }
-    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
-      throw InputError("--efficiency gives " + key + " twice ('" + text + "'); give it once");
-    }
-    seen.push_back(key);
-    double v = parse_fraction(item.substr(eq + 1), "--efficiency " + key, 0.0, 1.0);
-    if (v < 0.01) {
-      throw InputError("--efficiency " + key +
-                       " must be at least 0.01 (1% of the datasheet), got " + item.substr(eq + 1));
-    }
-    (key == "bw" ? bw : flops) = v;
-    if (comma == std::string::npos) {
-      break;
-    }
-    start = comma + 1;
+  const Attention& a = m.attention;
+  std::string kind(attention_kind_name(a.kind));
+  if (a.kind == AttentionKind::gqa) {
+    kind += "-" + std::to_string(a.kv_heads);
   }
-  return {bw, flops};
+  if (m.indexer) {
+    kind += " dsa";
+  }
+  if (attention_label(m) == "hybrid") {
+    return "hybrid " + kind + (state.empty() ? "" : " + " + state);
+  }
+  return m.layer_types.front() == LayerType::sliding ? kind + " sliding" : kind;
 }
 
-void warn(std::ostream& err, const std::vector<std::string>& warnings) {
-  std::vector<std::string> said;
-  for (const auto& w : warnings) {
-    if (std::find(said.begin(), said.end(), w) == said.end()) {
-      err << "kvcalc: warning: " << w << '\n';
-      said.push_back(w);
-    }
+std::vector<Model> load_models(const std::vector<std::string>& specs,
+                               std::vector<std::string>& warnings) {
+  Diagnostics diagnostics;
+  std::vector<Model> models;
+  for (const auto& spec : specs) {
+    models.push_back(load_model(spec, diagnostics));
   }
+  warnings.insert(warnings.end(), diagnostics.warnings.begin(), diagnostics.warnings.end());
+  return models;
 }
 
 } // namespace kvcalc::cli

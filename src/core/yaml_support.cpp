@@ -23,19 +23,6 @@ YAML::Node parse_yaml(const std::string& text, const std::string& file) {
   }
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw InputError("cannot open '" + path + "': no such file, or it is not readable");
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) {
-    throw InputError("cannot read '" + path + "'");
-  }
-  return buffer.str();
-}
-
 SourceLocation location_of(const YAML::Node& node, const std::string& file) {
   YAML::Mark mark = node.Mark();
   if (mark.is_null()) {

@@ -20,9 +20,6 @@ namespace kvcalc::detail {
 /// Parses YAML (or JSON) text; syntax errors become InputError at file:line:col.
 YAML::Node parse_yaml(const std::string& text, const std::string& file);
 
-/// Reads a file whole; a missing or unreadable file is an InputError naming it.
-std::string read_text_file(const std::string& path);
-
 SourceLocation location_of(const YAML::Node& node, const std::string& file);
 
 /// The text of a scalar node; a list, a map or an empty node is an InputError at the node that

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <kvcalc/core/file.hpp>
 #include <kvcalc/core/spell.hpp>
 
 #include "../core/yaml_support.hpp"
@@ -149,7 +150,7 @@ GpuCatalog::GpuCatalog(const std::string& extra_file) : m_gpus(builtin_gpus()) {
   if (extra_file.empty()) {
     return;
   }
-  for (Gpu& g : parse_gpu_catalog(detail::read_text_file(extra_file), extra_file)) {
+  for (Gpu& g : parse_gpu_catalog(read_text_file(extra_file), extra_file)) {
     // An alias another GPU already answers to would be shadowed by it, silently: refused.
     for (const std::string& alias : g.aliases) {
       for (const Gpu& b : m_gpus) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include <kvcalc/core/file.hpp>
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/model/loader.hpp>
 
@@ -76,7 +77,7 @@ Model load_model(std::string_view spec, Diagnostics& diagnostics) {
   std::string path(spec);
   std::error_code ec;
   if (std::filesystem::is_regular_file(path, ec)) {
-    return parse_model_document(detail::read_text_file(path), path, diagnostics);
+    return parse_model_document(read_text_file(path), path, diagnostics);
   }
   if (const Model* m = find_builtin_model(spec)) {
     return *m;

@@ -66,6 +66,7 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   if (auto dp = r.flag("dp_attention")) {
     q.parallel.dp_attention = *dp;
   }
+  q.engine.engine = Engine::vllm; // the default of every command that takes an engine
   if (r.has("engine")) {
     q.engine.engine = r.parsed("engine", [](const std::string& t) { return parse_engine(t); });
   }
@@ -153,9 +154,8 @@ Requirement read_requirement(const MapReader& r) {
     return r.parsed(key, [&](const std::string& t) { return parse_fraction(t, key, 0, 1); });
   };
   int kinds = 0;
-  for (std::string_view key :
-       {"min_sequences", "min_context", "max_kv_share", "min_kv_share", "min_kv_tokens", "fits"}) {
-    kinds += r.has(key) ? 1 : 0;
+  for (const auto& kind : k_requirement_kinds.entries()) {
+    kinds += r.has(kind.name) ? 1 : 0;
   }
   if (kinds != 1) {
     throw InputError(q.where, "each requirement states exactly one of min_sequences (with "
@@ -304,6 +304,7 @@ std::vector<ScenarioResult> evaluate_plan(const Plan& plan, Diagnostics& diagnos
         rr.text =
             "≥ " + group_digits(q.value) + " sequences at " + group_digits(q.context) + " tokens";
         rr.actual = group_digits(at->max_sequences);
+        rr.actual_count = at->max_sequences;
         rr.passed = at->max_sequences >= q.value;
         break;
       }
@@ -316,22 +317,26 @@ std::vector<ScenarioResult> evaluate_plan(const Plan& plan, Diagnostics& diagnos
         rr.text = "≥ " + group_digits(q.value) + " tokens of context at " +
                   group_digits(q.sequences) + " sequences";
         rr.actual = group_digits(got) + (x.max_context_capped ? " (model max)" : "");
+        rr.actual_count = got;
         rr.passed = got >= q.value;
         break;
       }
       case RequirementKind::max_kv_share:
         rr.text = "KV pool ≤ " + percent(q.share) + " of GPU memory";
         rr.actual = percent(share);
+        rr.actual_share = share;
         rr.passed = share <= q.share;
         break;
       case RequirementKind::min_kv_share:
         rr.text = "KV pool ≥ " + percent(q.share) + " of GPU memory";
         rr.actual = percent(share);
+        rr.actual_share = share;
         rr.passed = share >= q.share;
         break;
       case RequirementKind::min_kv_tokens:
         rr.text = "≥ " + group_digits(q.value) + " KV tokens per pool";
         rr.actual = group_digits(c.kv_tokens);
+        rr.actual_count = c.fits ? c.kv_tokens : 0;
         rr.passed = c.fits && c.kv_tokens >= q.value;
         break;
       case RequirementKind::fits:

@@ -102,17 +102,29 @@ TEST_CASE("usage errors are InputErrors with exit code 2", "[cli]") {
   CHECK_THROWS_AS(cli({"footprint", "llama-3.1-8b", "-o", "/nonexistent-dir/x.txt"}), Error);
 }
 
-TEST_CASE("a failing plan exits 3 and writes its report and JSON", "[cli][plan]") {
+TEST_CASE("a failing plan exits 3, appends its report and writes its JSON", "[cli][plan]") {
   auto dir = temp_dir();
   std::string plan = std::string(KVCALC_SOURCE_DIR) + "/tests/plans/failing.yaml";
-  Run r = cli({"plan", plan, "--report", (dir / "report.md").string(), "--json",
+  {
+    std::ofstream summary(dir / "report.md");
+    summary << "earlier step\n";
+  }
+  Run r = cli({"plan", plan, "--report", (dir / "report.md").string(), "--format", "json", "-o",
                (dir / "result.json").string()});
   CHECK(r.code == 3);
   std::string md = slurp(dir / "report.md");
+  CHECK(md.starts_with("earlier step\n# Capacity plan: ")); // appended, as a job summary is
   CHECK(md.find("## llama-3.1-70b on two H100: FAIL") != std::string::npos);
   CHECK(md.find("**1 of 2 requirements hold: plan FAILED**") != std::string::npos);
+  CHECK(md.find("_kvcalc " + std::string(version()) + ", `kvcalc plan " + plan + "`_") !=
+        std::string::npos);
   std::string json = slurp(dir / "result.json");
   CHECK(json.find("\"passed\": false") != std::string::npos);
+  // Thresholds and actual values are numbers, the display text beside them.
+  CHECK(json.find("\"kind\": \"min_sequences\"") != std::string::npos);
+  CHECK(json.find("\"actual_text\": ") != std::string::npos);
+  CHECK_THROWS_WITH(cli({"plan", plan, "--json", "x.json"}),
+                    Catch::Contains("--json FILE is now --format json -o FILE"));
   Run ok = cli({"plan", std::string(KVCALC_SOURCE_DIR) + "/tests/plans/passing.yaml"});
   CHECK(ok.code == 0);
   std::filesystem::remove_all(dir);
@@ -123,7 +135,7 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
   auto dir = temp_dir();
   auto profile = dir / "cpu.yaml";
   Run r = cli({"measure", "--backend", "cpu", "--quick", "--heads", "2", "--batch", "1",
-               "--context", "256", "--out", profile.string(), "--format", "json"});
+               "--context", "256", "--profile", profile.string(), "--format", "json"});
   CHECK(r.code == 0);
   CHECK(r.out.find("\"name\": \"mla_decode.absorbed\"") != std::string::npos);
   CHECK(r.out.find("\"name\": \"mla_decode.naive\"") != std::string::npos);
@@ -233,8 +245,8 @@ TEST_CASE("simulate writes a per-step timeline and an SVG of occupancy and throu
   auto csv = dir / "timeline.csv";
   auto svg = dir / "timeline.svg";
   Run r = cli({"simulate", "llama-3.1-8b", "deepseek-v2-lite", "--gpu", "h100", "--arrival",
-               "burst", "--requests", "20", "--prompt", "500", "--output", "20", "--timeline",
-               csv.string(), "--plot", svg.string(), "--format", "json"});
+               "burst", "--requests", "20", "--prompt-tokens", "500", "--output-tokens", "20",
+               "--timeline", csv.string(), "--plot", svg.string(), "--format", "json"});
   REQUIRE(r.code == 0);
   CHECK(r.err.find("wrote " + csv.string()) != std::string::npos);
   std::string timeline = slurp(csv);

@@ -43,6 +43,16 @@ public:
     return std::nullopt;
   }
 
+  /// The value named `text` in any case ("vLLM" is vllm): what the command line accepts.
+  [[nodiscard]] std::optional<E> find_any_case(std::string_view text) const {
+    for (const auto& e : m_entries) {
+      if (iequals(e.name, text)) {
+        return e.value;
+      }
+    }
+    return std::nullopt;
+  }
+
   /// "a, b, c".
   [[nodiscard]] std::string list() const {
     std::string out;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <kvcalc/core/names.hpp>
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/model/loader.hpp>
 
@@ -19,6 +20,19 @@ enum class RequirementKind {
   min_kv_tokens, ///< the pool holds at least `value` tokens
   fits,          ///< the weights and the reserve fit at all
 };
+inline constexpr NameTable<RequirementKind, 6> k_requirement_kinds{
+    "requirement",
+    {{{RequirementKind::min_sequences, "min_sequences"},
+      {RequirementKind::min_context, "min_context"},
+      {RequirementKind::max_kv_share, "max_kv_share"},
+      {RequirementKind::min_kv_share, "min_kv_share"},
+      {RequirementKind::min_kv_tokens, "min_kv_tokens"},
+      {RequirementKind::fits, "fits"}}}};
+
+/// Whether a requirement bounds a count (sequences, tokens), a share of memory, or neither.
+[[nodiscard]] constexpr bool is_share(RequirementKind k) {
+  return k == RequirementKind::max_kv_share || k == RequirementKind::min_kv_share;
+}
 
 struct Requirement {
   RequirementKind kind = RequirementKind::fits;
@@ -50,8 +64,10 @@ struct Plan {
 struct RequirementResult {
   Requirement requirement;
   bool passed = false;
-  std::string text;   ///< "≥ 16 sequences at 131,072 tokens"
-  std::string actual; ///< "48"
+  std::string text;        ///< "≥ 16 sequences at 131,072 tokens"
+  std::string actual;      ///< "48", for people
+  u64 actual_count = 0;    ///< sequences or tokens reached (the count kinds)
+  double actual_share = 0; ///< the KV pool's share of GPU memory (the share kinds)
 };
 
 struct ScenarioResult {

@@ -8,43 +8,64 @@
 
 #include <fmt/format.h>
 
+#include <memory>
+
+#include <kvcalc/core/error.hpp>
+#include <kvcalc/core/file.hpp>
 #include <kvcalc/core/units.hpp>
-#include <kvcalc/model/loader.hpp>
 #include <kvcalc/report/svg.hpp>
 #include <kvcalc/sim/simulator.hpp>
 #include <kvcalc/sim/trace.hpp>
 
-#include "../core/yaml_support.hpp"
-#include "commands.hpp"
+#include "deployment.hpp"
 
 namespace kvcalc::cli {
 
 namespace {
 
+struct SimulateArgs {
+  std::vector<std::string> models;
+  std::string workload;                  ///< workload YAML (docs/simulate.md)
+  std::string trace;                     ///< CSV or JSONL requests
+  std::optional<ArrivalProcess> arrival; ///< overrides the workload's
+  std::vector<double> rates;             ///< requests per second, a list sweeps
+  std::string prompt_tokens;             ///< length distribution
+  std::string output_tokens;
+  std::string duration;
+  std::optional<u64> requests;
+  std::string seed;
+  Preemption preemption = Preemption::recompute;
+  std::string swap_bandwidth = "25GB"; ///< bytes per second, one GPU's host link
+  bool no_prefix_sharing = false;
+  MlaMode mla = MlaMode::automatic;
+  std::string efficiency;
+  std::string device_profile;
+  std::string timeline; ///< per-step CSV file
+  std::string plot;     ///< SVG file
+  std::optional<u64> block_size;
+  CacheRequest cache;
+  ParallelOptions parallel = ParallelOptions::on({"h100-sxm"});
+  EngineOptions engine = EngineOptions::of(Engine::vllm);
+  OutputOptions output;
+};
+
 /// The synthetic workload of the options: the YAML's, with the command line on top.
 Workload synthetic_workload(const SimulateArgs& args) {
   Workload w;
   if (!args.workload.empty()) {
-    w = parse_workload(detail::read_text_file(args.workload), args.workload);
+    w = parse_workload(read_text_file(args.workload), args.workload);
   } else {
-    w.prompt = parse_length_distribution("1024", "--prompt");
-    w.output = parse_length_distribution("256", "--output");
+    w.prompt = parse_length_distribution("1024", "--prompt-tokens");
+    w.output = parse_length_distribution("256", "--output-tokens");
   }
-  if (!args.arrival.empty()) {
-    w.arrival = parse_arrival(args.arrival);
+  if (args.arrival) {
+    w.arrival = *args.arrival;
   }
-  if (!args.prompt.empty()) {
-    w.prompt = parse_length_distribution(args.prompt, "--prompt");
+  if (!args.prompt_tokens.empty()) {
+    w.prompt = parse_length_distribution(args.prompt_tokens, "--prompt-tokens");
   }
   if (!args.output_tokens.empty()) {
-    const std::string& text = args.output_tokens;
-    if (text.find_first_of("/\\") != std::string::npos ||
-        (text.size() > 5 && (text.ends_with(".json") || text.ends_with(".csv")))) {
-      throw InputError("--output '" + text +
-                       "' looks like a file name: --output is the output length in tokens (a "
-                       "count or a distribution); the output file is -o");
-    }
-    w.output = parse_length_distribution(text, "--output");
+    w.output = parse_length_distribution(args.output_tokens, "--output-tokens");
   }
   if (!args.duration.empty()) {
     double d = parse_fraction(args.duration, "--duration", 0.0, 1e12);
@@ -53,8 +74,8 @@ Workload synthetic_workload(const SimulateArgs& args) {
     }
     w.duration_s = d;
   }
-  if (!args.requests.empty()) {
-    w.requests = parse_count(args.requests, "--requests");
+  if (args.requests) {
+    w.requests = args.requests;
   }
   if (!args.seed.empty()) {
     std::string_view text = trim(args.seed);
@@ -170,17 +191,35 @@ void write_plot(const std::string& path, const std::vector<Scenario>& scenarios)
   write_text_file(path, render_svg({occupancy, throughput}));
 }
 
-} // namespace
+/// A token length given where the result file goes: `--output 256` as the old spelling of
+/// --output-tokens.
+bool looks_like_length(const std::string& text) {
+  for (const char* prefix : {"uniform:", "normal:", "lognormal:", "cdf:"}) {
+    if (text.starts_with(prefix)) {
+      return true;
+    }
+  }
+  return !text.empty() && text.find_first_not_of("0123456789.kKmM") == std::string::npos &&
+         std::isdigit(static_cast<unsigned char>(text.front())) != 0;
+}
 
 int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err) {
+  if (looks_like_length(args.output.file)) {
+    throw InputError("-o/--output '" + args.output.file +
+                     "' is where the result goes; the output length in tokens is "
+                     "--output-tokens");
+  }
   bool trace = !args.trace.empty();
   if (trace) {
-    for (auto [value, flag] :
-         {std::pair{&args.workload, "--workload"}, std::pair{&args.arrival, "--arrival"},
-          std::pair{&args.rates, "--rate"}, std::pair{&args.prompt, "--prompt"},
-          std::pair{&args.output_tokens, "--output"}, std::pair{&args.duration, "--duration"},
-          std::pair{&args.requests, "--requests"}, std::pair{&args.seed, "--seed"}}) {
-      if (!value->empty()) {
+    for (auto [given, flag] : {std::pair{!args.workload.empty(), "--workload"},
+                               std::pair{args.arrival.has_value(), "--arrival"},
+                               std::pair{!args.rates.empty(), "--rate"},
+                               std::pair{!args.prompt_tokens.empty(), "--prompt-tokens"},
+                               std::pair{!args.output_tokens.empty(), "--output-tokens"},
+                               std::pair{!args.duration.empty(), "--duration"},
+                               std::pair{args.requests.has_value(), "--requests"},
+                               std::pair{!args.seed.empty(), "--seed"}}) {
+      if (given) {
         throw InputError(std::string("--trace replays its own requests; drop ") + flag);
       }
     }
@@ -194,7 +233,7 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
   if (trace || burst) {
     rates.emplace_back();
   } else if (!args.rates.empty()) {
-    for (double r : parse_rates(args.rates)) {
+    for (double r : args.rates) {
       rates.emplace_back(r);
     }
   } else {
@@ -208,28 +247,22 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
   if (!args.efficiency.empty() && !args.device_profile.empty()) {
     throw InputError("--efficiency and --device-profile both set the ceilings; give one");
   }
-  auto [bw_eff, flops_eff] = parse_efficiency(args.efficiency);
-  std::optional<DeviceProfile> profile;
-  if (!args.device_profile.empty()) {
-    profile =
-        parse_device_profile(detail::read_text_file(args.device_profile), args.device_profile);
-  }
-  MlaMode mla = parse_mla_mode(args.mla);
-  Preemption preemption = parse_preemption(args.preemption);
+  Efficiency efficiency = parse_efficiency(args.efficiency, "--efficiency");
+  std::optional<DeviceProfile> profile = read_device_profile(args.device_profile);
+  MlaMode mla = args.mla;
+  Preemption preemption = args.preemption;
   double swap_bandwidth = static_cast<double>(parse_bytes(args.swap_bandwidth, "--swap-bandwidth"));
   if (swap_bandwidth <= 0) {
     throw InputError("--swap-bandwidth must be above 0 bytes per second");
   }
 
-  Diagnostics diagnostics;
-  std::vector<Model> models;
-  for (const auto& spec : args.models) {
-    models.push_back(load_model(spec, diagnostics));
-  }
-  DeploymentOptions deployment = args.deployment;
-  if (!args.tp_given && !deployment.gpu_count.empty()) {
+  Rendered r;
+  std::vector<std::string>& warnings = r.warnings;
+  std::vector<Model> models = load_models(args.models, warnings);
+  ParallelOptions deployment = args.parallel;
+  if (!deployment.tp_given && deployment.gpu_count) {
     // One instance over all the GPUs: tp = gpus / pp.
-    u64 gpus = parse_count(deployment.gpu_count, "--gpus");
+    u64 gpus = *deployment.gpu_count;
     if (gpus % deployment.pp != 0) {
       throw InputError("--gpus " + group_digits(gpus) + " is not a multiple of --pp " +
                        group_digits(deployment.pp));
@@ -251,9 +284,9 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
   }
   std::vector<Gpu> devices =
       deployment_devices(deployment, profile, GpuCatalog(deployment.gpu_file),
-                         "add a --device-profile that kvcalc measure wrote", diagnostics);
-  for (const auto& request :
-       capacity_requests(models, args.cache, deployment, devices, {}, std::nullopt)) {
+                         "add a --device-profile that kvcalc measure wrote", warnings);
+  for (const auto& request : capacity_requests(models, args.cache, deployment, args.engine,
+                                               args.block_size, devices, {}, std::nullopt)) {
     CapacityResult capacity = compute_capacity(request);
     if (!capacity.fits) {
       Scenario s;
@@ -267,14 +300,15 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
       scenarios.push_back(std::move(s));
       continue;
     }
-    DeviceRates device = profile ? device_rates(request.gpu, *profile)
-                                 : device_rates(request.gpu, bw_eff, flops_eff);
+    DeviceRates device = profile
+                             ? device_rates(request.gpu, *profile)
+                             : device_rates(request.gpu, efficiency.bandwidth, efficiency.flops);
     SimConfig config = instance_config(request, capacity, device, mla);
     config.preemption = preemption;
     config.swap_bytes_per_s = swap_bandwidth;
     config.prefix_sharing = !args.no_prefix_sharing;
     for (const auto& note : capacity.notes) {
-      diagnostics.warnings.push_back(request.model.name + " on " + capacity.gpu + ": " + note);
+      warnings.push_back(request.model.name + " on " + capacity.gpu + ": " + note);
     }
     for (const auto& rate : rates) {
       Scenario s;
@@ -292,13 +326,13 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
       if (timeline) {
         std::string prefix = fmt::format("{},{},{},{},", s.model, s.gpu, capacity.parallel.tp,
                                          rate ? fmt::format("{}", *rate) : std::string());
-        on_step = [&timeline, &path = args.timeline, prefix](const StepRecord& r) {
+        on_step = [&timeline, &path = args.timeline, prefix](const StepRecord& step) {
           errno = 0;
           *timeline << prefix
-                    << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", r.step, r.start_s,
-                                   r.duration_s, r.running, r.waiting, r.decode_tokens,
-                                   r.prefill_tokens, r.blocks_used, r.kv_occupancy, r.preemptions,
-                                   r.completed);
+                    << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", step.step, step.start_s,
+                                   step.duration_s, step.running, step.waiting, step.decode_tokens,
+                                   step.prefill_tokens, step.blocks_used, step.kv_occupancy,
+                                   step.preemptions, step.completed);
           if (!*timeline) { // the disk filled, say: stop now, not after the whole simulation
             throw write_error(path, errno);
           }
@@ -345,15 +379,12 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
   }
   for (const Scenario& s : ran) {
     if (s.result.requests_rejected > 0) {
-      diagnostics.warnings.push_back(
-          s.model + ": " + group_digits(s.result.requests_rejected) + " requests rejected (" +
-          group_digits(s.result.rejected_pool) + " larger than one sequence's share of the KV " +
-          "pool, " + group_digits(s.result.rejected_context) + " longer than max_context)");
+      warnings.push_back(s.model + ": " + group_digits(s.result.requests_rejected) +
+                         " requests rejected (" + group_digits(s.result.rejected_pool) +
+                         " larger than one sequence's share of the KV " + "pool, " +
+                         group_digits(s.result.rejected_context) + " longer than max_context)");
     }
   }
-  warn(err, diagnostics.warnings);
-
-  Rendered r;
   r.json = json_header("simulate");
   Json wj = Json::object();
   if (trace) {
@@ -613,8 +644,125 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
         group_digits(x.recomputed_tokens), group_digits(x.prefix_hit_tokens)));
     r.tables.push_back(std::move(d));
   }
-  emit(r, args.output, out);
+  emit(r, args.output, out, err);
   return 0;
+}
+
+/// The spelling an earlier kvcalc used for `flag`: refused with the one to use.
+void add_renamed(CLI::App* cmd, const std::string& old_flag, const std::string& new_flag) {
+  cmd->add_option_function<std::string>(
+         old_flag,
+         [old_flag, new_flag](const std::string&) {
+           throw InputError(old_flag + " is now " + new_flag);
+         },
+         "")
+      ->group("");
+}
+
+} // namespace
+
+Command setup_simulate(CLI::App& app) {
+  auto args = std::make_shared<SimulateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "simulate", "A serving instance over time: KV occupancy, preemptions, throughput and "
+                  "latency on a workload or a trace (docs/simulate.md)");
+  cmd->add_option("models", args->models, k_models_help)->type_name("MODEL")->required();
+  cmd->add_option("--workload", args->workload,
+                  "Synthetic workload YAML (docs/simulate.md); options below override its keys")
+      ->type_name("FILE.yaml")
+      ->group(k_group_workload);
+  cmd->add_option("--trace", args->trace,
+                  "Requests to replay: CSV (arrival_s,prompt_tokens,output_tokens[,prefix_id,"
+                  "prefix_tokens]) or JSONL with the same keys")
+      ->type_name("FILE")
+      ->group(k_group_workload);
+  add_parsed(
+      cmd, "--arrival", args->arrival,
+      [](const std::string& text, const std::string&) {
+        return k_arrival_processes.find_any_case(text);
+      },
+      "Arrivals: poisson, constant (every 1/rate s) or burst (--requests at t = 0) "
+      "[default: the workload's, else poisson]")
+      ->check(choice_of(k_arrival_processes))
+      ->group(k_group_workload);
+  add_parsed(
+      cmd, "--rate", args->rates,
+      [](const std::string& text, const std::string&) { return parse_rates(text); },
+      "Requests per second; a comma-separated list sweeps [default: the workload's, "
+      "else 10]")
+      ->type_name("R,...")
+      ->group(k_group_workload);
+  cmd->add_option("--prompt-tokens", args->prompt_tokens,
+                  "Prompt tokens: N, uniform:LOW,HIGH, normal:MEAN,STD, lognormal:MEAN,SIGMA or "
+                  "cdf:TOKENS=P,...,TOKENS=1 [default: the workload's, else 1024]")
+      ->type_name("DIST")
+      ->group(k_group_workload);
+  cmd->add_option("--output-tokens", args->output_tokens,
+                  "Output tokens, as --prompt-tokens [default: the workload's, else 256]")
+      ->type_name("DIST")
+      ->group(k_group_workload);
+  add_renamed(cmd, "--prompt", "--prompt-tokens");
+  cmd->add_option("--duration", args->duration,
+                  "Seconds of arrivals; the run then drains what arrived")
+      ->type_name("SECONDS")
+      ->group(k_group_workload);
+  add_count(cmd, "--requests", args->requests,
+            "At most this many requests [default: 1000 when neither this nor --duration nor a "
+            "workload is given]")
+      ->group(k_group_workload);
+  cmd->add_option("--seed", args->seed, "Random seed [default: the workload's, else 1]")
+      ->type_name("N")
+      ->group(k_group_workload);
+  add_choice(cmd, "--preemption", args->preemption, k_preemptions,
+             "When a sequence needs a block and none is free, the latest-arrived running "
+             "sequence is preempted: recompute (vLLM's default) or swap (to host memory)")
+      ->group(k_group_workload);
+  cmd->add_option("--swap-bandwidth", args->swap_bandwidth,
+                  "Host link of one GPU, one direction, in bytes per second (PCIe 4.0 x16 ≈ "
+                  "25GB, 5.0 ≈ 50GB), for --preemption swap [default: 25GB]")
+      ->type_name("BYTES/S")
+      ->group(k_group_workload);
+  cmd->add_flag("--no-prefix-sharing", args->no_prefix_sharing,
+                "Compute every prompt in full, shared prefixes included")
+      ->group(k_group_workload);
+  add_choice(cmd, "--mla", args->mla, k_mla_modes,
+             "MLA mode of each step: auto (absorbed for decode and chunks of ≤ 128 tokens over a "
+             "prefix, naive for prompts), absorbed or naive")
+      ->group(k_group_workload);
+  add_cache_options(cmd, args->cache);
+  add_parallel_options(cmd, args->parallel, ParallelScope::deployment, true);
+  cmd->get_option("--tp")->description(
+      "Tensor parallel size; a comma-separated list sweeps [default: --gpus / --pp, else 1]");
+  add_engine_options(cmd, args->engine);
+  cmd->get_option("--max-batched-tokens")
+      ->description("Tokens per scheduler step (chunked prefill budget) [default: the engine's: "
+                    "vLLM 8192 (2048 below 70 GiB or on A100), SGLang by GPU memory, else 8192]");
+  cmd->get_option("--max-seqs")
+      ->description("Running sequences at most [default: vLLM 1024 (256 below 70 GiB or on "
+                    "A100), else 256]");
+  add_count(cmd, "--block-size", args->block_size,
+            "Page size in tokens [default: vLLM 16 (MLA 64 on Hopper, 128 on Blackwell), "
+            "TensorRT-LLM 32, SGLang and plain 1]")
+      ->type_name("TOKENS")
+      ->group(k_group_engine);
+  cmd->add_option("--efficiency", args->efficiency,
+                  "Scale the datasheet ceilings: bw=F,flops=F [default: 1, the datasheet]")
+      ->type_name("bw=F,flops=F")
+      ->group(k_group_ceilings);
+  cmd->add_option("--device-profile", args->device_profile,
+                  "Measured ceilings (a profile `kvcalc measure --profile` writes)")
+      ->type_name("FILE")
+      ->group(k_group_ceilings);
+  cmd->add_option("--timeline", args->timeline,
+                  "Write every step as CSV: time, running, waiting, tokens, KV blocks")
+      ->type_name("FILE.csv")
+      ->group(k_group_output);
+  cmd->add_option("--plot", args->plot, "Write an SVG of KV occupancy and throughput over time")
+      ->type_name("FILE.svg")
+      ->group(k_group_output);
+  add_output_options(cmd, args->output);
+  return {cmd,
+          [args](std::ostream& out, std::ostream& err) { return run_simulate(*args, out, err); }};
 }
 
 } // namespace kvcalc::cli

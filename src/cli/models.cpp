@@ -1,19 +1,22 @@
-// `models` (the bundled zoo) and `import` (config.json → kvcalc YAML).
+// `models`: the bundled zoo, one line each.
 
-#include <fstream>
-#include <ostream>
+#include <memory>
 
 #include <kvcalc/core/units.hpp>
-#include <kvcalc/core/version.hpp>
 #include <kvcalc/kv/footprint.hpp>
-#include <kvcalc/model/loader.hpp>
 #include <kvcalc/model/registry.hpp>
 
-#include "commands.hpp"
+#include "command.hpp"
 
 namespace kvcalc::cli {
 
-int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& /*err*/) {
+namespace {
+
+struct ModelsArgs {
+  OutputOptions output;
+};
+
+int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& err) {
   Rendered r;
   r.json = json_header("models");
   Table t;
@@ -65,30 +68,18 @@ int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& /*err*/)
       "default");
   r.csv = t;
   r.tables.push_back(std::move(t));
-  emit(r, args.output, out);
+  emit(r, args.output, out, err);
   return 0;
 }
 
-int run_import(const ImportArgs& args, std::ostream& out, std::ostream& err) {
-  Diagnostics diagnostics;
-  Model m = load_model(args.config, diagnostics);
-  if (!args.name.empty()) {
-    m.name = args.name;
-    validate_model(m, [](std::string_view) { return SourceLocation{"--name", 0, 0}; });
-  }
-  warn(err, diagnostics.warnings);
-  Footprint f = compute_footprint(m, {});
-  std::string yaml =
-      "# Written by `kvcalc import " + args.config + "` (kvcalc " + std::string(version()) +
-      "); see docs/model-format.md.\n# KV cache: " + group_digits(f.bytes_per_token) +
-      " B per token in " + describe(f.format) + "\n" + model_to_yaml(m);
-  if (args.file.empty()) {
-    out << yaml;
-    return 0;
-  }
-  write_text_file(args.file, yaml);
-  err << "kvcalc: wrote " << args.file << " (" << m.name << ")\n";
-  return 0;
+} // namespace
+
+Command setup_models(CLI::App& app) {
+  auto args = std::make_shared<ModelsArgs>();
+  CLI::App* cmd = app.add_subcommand("models", "List the bundled models, one line each");
+  add_output_options(cmd, args->output);
+  return {cmd,
+          [args](std::ostream& out, std::ostream& err) { return run_models(*args, out, err); }};
 }
 
 } // namespace kvcalc::cli

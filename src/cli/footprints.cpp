@@ -1,62 +1,17 @@
-// `footprint` and `compare`: exact KV bytes of one or more models at given contexts.
+// The footprints of `footprint` and `compare`: models loaded with their exact KV bytes, and
+// their JSON, tables and flat CSV.
 
-#include <ostream>
+#include "footprints.hpp"
 
 #include <kvcalc/core/units.hpp>
-#include <kvcalc/kv/footprint.hpp>
-#include <kvcalc/model/loader.hpp>
-
-#include "commands.hpp"
 
 namespace kvcalc::cli {
 
-std::string attention_detail(const Model& m) {
-  std::string state = m.state ? std::string(k_state_kinds.name(m.state->kind)) : "";
-  if (!has_attention(m)) {
-    return "ssm " + state;
-  }
-  const Attention& a = m.attention;
-  std::string kind(attention_kind_name(a.kind));
-  if (a.kind == AttentionKind::gqa) {
-    kind += "-" + std::to_string(a.kv_heads);
-  }
-  if (m.indexer) {
-    kind += " dsa";
-  }
-  if (attention_label(m) == "hybrid") {
-    return "hybrid " + kind + (state.empty() ? "" : " + " + state);
-  }
-  return m.layer_types.front() == LayerType::sliding ? kind + " sliding" : kind;
-}
-
-CacheRequest cache_request(const CacheOptions& o) {
-  CacheRequest r;
-  if (!o.kv_dtype.empty()) {
-    r.dtype = parse_dtype(o.kv_dtype, "--kv-dtype");
-  }
-  if (!o.kv_scale.empty()) {
-    auto [granularity, group] = parse_scale(o.kv_scale);
-    r.scale = granularity;
-    if (granularity == ScaleGranularity::per_group) {
-      r.scale_group = group;
-    }
-  }
-  if (!o.kv_scale_dtype.empty()) {
-    r.scale_dtype = parse_dtype(o.kv_scale_dtype, "--kv-scale-dtype");
-  }
-  r.mla_format = parse_mla_format(o.mla_cache);
-  r.state_dtype = parse_state_dtype(o.mamba_cache_dtype, "--mamba-cache-dtype");
-  r.ssm_state_dtype = parse_state_dtype(o.mamba_ssm_cache_dtype, "--mamba-ssm-cache-dtype");
-  return r;
-}
-
 namespace {
 
-struct Entry {
-  Model model;
-  Footprint footprint;
-  std::optional<CapacityResult> capacity; ///< compare --gpu
-};
+double ratio(u64 a, u64 b) {
+  return static_cast<double>(a) / static_cast<double>(b);
+}
 
 Json model_json(const Entry& e) {
   const Model& m = e.model;
@@ -124,7 +79,8 @@ Json model_json(const Entry& e) {
   return j;
 }
 
-/// Per-model tables of `footprint`: the layer groups, then the contexts.
+} // namespace
+
 void footprint_tables(const Entry& e, std::vector<Table>& tables) {
   const Model& m = e.model;
   const Footprint& f = e.footprint;
@@ -210,7 +166,6 @@ void footprint_tables(const Entry& e, std::vector<Table>& tables) {
   tables.push_back(std::move(contexts));
 }
 
-/// The flat CSV: one row per model and context.
 Table flat_table(const std::vector<Entry>& entries, const Entry* baseline) {
   Table t;
   t.columns = {{"", "name"},
@@ -251,10 +206,6 @@ Table flat_table(const std::vector<Entry>& entries, const Entry* baseline) {
     }
   }
   return t;
-}
-
-double ratio(u64 a, u64 b) {
-  return static_cast<double>(a) / static_cast<double>(b);
 }
 
 Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
@@ -352,132 +303,79 @@ Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
   return t;
 }
 
-} // namespace
-
-int run_footprint(const FootprintArgs& args, bool compare, std::ostream& out, std::ostream& err) {
-  FootprintOptions options;
-  options.cache = cache_request(args.cache);
-  options.contexts = parse_count_list(args.contexts, "--context");
-  options.explain = args.explain;
-  if (!args.cache.block_size.empty()) {
-    options.block_size = parse_count(args.cache.block_size, "--block-size");
-  }
-  Diagnostics diagnostics;
+std::vector<Entry> footprint_entries(const std::vector<std::string>& specs,
+                                     const FootprintOptions& options,
+                                     std::vector<std::string>& warnings) {
   std::vector<Entry> entries;
   bool any_mla = false;
-  for (const auto& spec : args.models) {
-    Model m = load_model(spec, diagnostics);
+  for (Model& m : load_models(specs, warnings)) {
     any_mla = any_mla || m.attention.kind == AttentionKind::mla;
     Footprint f = compute_footprint(m, options);
-    diagnostics.warnings.insert(diagnostics.warnings.end(), f.notes.begin(), f.notes.end());
+    warnings.insert(warnings.end(), f.notes.begin(), f.notes.end());
     entries.push_back({std::move(m), std::move(f), std::nullopt});
   }
-  if (compare && !args.deployment.gpus.empty()) {
-    if (args.deployment.gpus.size() > 1 || args.deployment.tps.size() > 1) {
-      throw InputError("compare takes one --gpu and one --tp; use kvcalc capacity to sweep");
-    }
-    std::vector<Model> models;
-    for (const auto& e : entries) {
-      models.push_back(e.model);
-    }
-    std::vector<Gpu> devices =
-        deployment_devices(args.deployment, std::nullopt, GpuCatalog(args.deployment.gpu_file),
-                           "compare takes catalog GPUs only", diagnostics);
-    auto requests = capacity_requests(models, args.cache, args.deployment, devices,
-                                      options.contexts, std::nullopt);
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      entries[i].capacity = compute_capacity(requests[i]);
-      for (const auto& note : entries[i].capacity->notes) {
-        diagnostics.warnings.push_back(note);
-      }
-    }
+  if (!any_mla && options.cache.mla_format != MlaCacheFormat::latent) {
+    warnings.push_back("--mla-cache applies only to MLA models; none was given");
   }
-  if (!any_mla && args.cache.mla_cache != "latent") {
-    diagnostics.warnings.push_back("--mla-cache applies only to MLA models; none was given");
-  }
-  const Entry* base = nullptr;
-  if (compare) {
-    base = &entries.front();
-    if (!args.baseline.empty()) {
-      base = nullptr;
-      Diagnostics ignored;
-      std::string wanted = load_model(args.baseline, ignored).name;
-      for (const auto& e : entries) {
-        if (e.model.name == wanted) {
-          base = &e;
-        }
-      }
-      if (!base) {
-        throw InputError("--baseline '" + args.baseline +
-                         "' is not one of the compared models; add it to the list");
-      }
-    }
-    if (base->footprint.bytes_per_token == 0) {
-      throw InputError("baseline " + base->model.name +
-                       " keeps no per-token KV cache; choose another --baseline");
-    }
-  }
-  warn(err, diagnostics.warnings);
+  return entries;
+}
 
-  Rendered r;
-  r.json = json_header(compare ? "compare" : "footprint");
+Json entry_json(const Entry& e, const Entry* base, bool explain) {
+  Json mj = model_json(e);
   if (base) {
-    r.json["baseline"] = base->model.name;
+    mj["ratio_to_baseline"]["per_layer"] =
+        ratio(e.footprint.bytes_per_token_per_layer, base->footprint.bytes_per_token_per_layer);
+    mj["ratio_to_baseline"]["per_token"] =
+        ratio(e.footprint.bytes_per_token, base->footprint.bytes_per_token);
   }
-  Json models = Json::array();
-  for (const auto& e : entries) {
-    Json mj = model_json(e);
-    if (base) {
-      mj["ratio_to_baseline"]["per_layer"] =
-          ratio(e.footprint.bytes_per_token_per_layer, base->footprint.bytes_per_token_per_layer);
-      mj["ratio_to_baseline"]["per_token"] =
-          ratio(e.footprint.bytes_per_token, base->footprint.bytes_per_token);
+  if (e.capacity) {
+    const CapacityResult& c = *e.capacity;
+    Json cj = Json::object();
+    cj["gpu"] = c.gpu;
+    cj["gpus"] = c.parallel.gpus;
+    cj["tp"] = c.parallel.tp;
+    cj["engine"] = std::string(engine_name(c.engine));
+    cj["fits"] = c.fits;
+    cj["kv_pool_bytes_per_gpu"] = c.kv_pool_bytes_per_gpu;
+    cj["kv_tokens"] = c.kv_tokens;
+    Json contexts = Json::array();
+    for (const auto& x : c.contexts) {
+      Json xj = Json::object();
+      xj["tokens"] = x.tokens;
+      xj["max_sequences"] = x.max_sequences;
+      xj["max_concurrency"] = x.max_concurrency;
+      contexts.push_back(std::move(xj));
     }
-    if (e.capacity) {
-      const CapacityResult& c = *e.capacity;
-      Json cj = Json::object();
-      cj["gpu"] = c.gpu;
-      cj["gpus"] = c.parallel.gpus;
-      cj["tp"] = c.parallel.tp;
-      cj["engine"] = std::string(engine_name(c.engine));
-      cj["fits"] = c.fits;
-      cj["kv_pool_bytes_per_gpu"] = c.kv_pool_bytes_per_gpu;
-      cj["kv_tokens"] = c.kv_tokens;
-      Json contexts = Json::array();
-      for (const auto& x : c.contexts) {
-        Json xj = Json::object();
-        xj["tokens"] = x.tokens;
-        xj["max_sequences"] = x.max_sequences;
-        xj["max_concurrency"] = x.max_concurrency;
-        contexts.push_back(std::move(xj));
-      }
-      cj["contexts"] = std::move(contexts);
-      mj["capacity"] = std::move(cj);
-    }
-    std::vector<std::string> derivation = render_derivation(e.footprint.derivation);
-    if (args.explain) {
-      Json lines = Json::array();
-      for (const auto& line : derivation) {
-        lines.push_back(line);
-      }
-      mj["derivation"] = std::move(lines);
-    }
-    models.push_back(std::move(mj));
-    if (!compare) {
-      footprint_tables(e, r.tables);
-    }
-    if (args.explain) {
-      r.text_after.emplace_back();
-      r.text_after.insert(r.text_after.end(), derivation.begin(), derivation.end());
-    }
+    cj["contexts"] = std::move(contexts);
+    mj["capacity"] = std::move(cj);
   }
-  r.json["models"] = std::move(models);
-  if (compare) {
-    r.tables.push_back(compare_table(entries, *base));
+  if (explain) {
+    mj["derivation"] = string_array(render_derivation(e.footprint.derivation));
   }
-  r.csv = flat_table(entries, base);
-  emit(r, args.output, out);
-  return 0;
+  return mj;
+}
+
+void explain_lines(const Entry& e, std::vector<std::string>& lines) {
+  lines.emplace_back();
+  std::vector<std::string> derivation = render_derivation(e.footprint.derivation);
+  lines.insert(lines.end(), derivation.begin(), derivation.end());
+}
+
+void add_footprint_options(CLI::App* cmd, std::vector<u64>& contexts, CacheRequest& cache,
+                           std::optional<u64>& block_size, bool& explain) {
+  add_counts(cmd, "--context", contexts,
+             "Context lengths in tokens, comma-separated: 4096, 4k (= 4,096), 128k (= 131,072), "
+             "1M (= 1,048,576) [default: 4k,32k,128k]")
+      ->type_name("TOKENS,...")
+      ->group(k_group_model);
+  add_cache_options(cmd, cache);
+  add_count(cmd, "--block-size", block_size,
+            "Page size in tokens: round each layer's tokens up to whole blocks and report the "
+            "waste [default: no paging]")
+      ->type_name("TOKENS")
+      ->group(k_group_model);
+  cmd->add_flag("--explain", explain, "Print the derivation of every number, term by term")
+      ->group(k_group_output);
 }
 
 } // namespace kvcalc::cli

@@ -1,35 +1,57 @@
 // `roofline`: one step of prefill or decode, op by op, on a GPU's roofline.
 
-#include <fstream>
+#include <algorithm>
+#include <memory>
 #include <ostream>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
-#include <algorithm>
+#include <kvcalc/core/error.hpp>
+#include <kvcalc/core/file.hpp>
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/measure/measure.hpp>
-#include <kvcalc/model/loader.hpp>
 #include <kvcalc/report/svg.hpp>
 #include <kvcalc/roofline/roofline.hpp>
 
-#include "../core/yaml_support.hpp"
-#include "commands.hpp"
+#include "deployment.hpp"
 
 namespace kvcalc::cli {
 
 namespace {
 
+struct RooflineArgs {
+  std::vector<std::string> models;
+  std::vector<u64> batches{1};
+  std::vector<u64> contexts{4096}; ///< cached tokens (decode), prompt (prefill), prefix (extend)
+  std::optional<std::vector<u64>> prompt; ///< prefill: the prompt, same as --context
+  Phase phase = Phase::decode;
+  u64 query = 1; ///< decode: tokens per request per step; extend: the chunk
+  std::vector<MlaMode> mla{MlaMode::automatic};
+  bool mla_given = false;
+  NaiveKv naive_kv = NaiveKv::fused;
+  std::string efficiency;     ///< "bw=0.85,flops=0.7"
+  std::string device_profile; ///< measured ceilings (docs/device-profile.md)
+  bool measure = false;       ///< measure this machine first and use its ceilings
+  bool no_communication = false;
+  bool mla_crossover = false;
+  bool ops = false; ///< print every op of every scenario
+  std::string plot; ///< SVG file
+  CacheRequest cache;
+  ParallelOptions parallel = ParallelOptions::on({"h100-sxm"});
+  OutputOptions output;
+};
+
 /// "1,16,128" or a range "1-256" of powers of two.
-std::vector<u64> parse_batches(const std::string& text) {
+std::vector<u64> parse_batches(const std::string& text, const std::string& flag) {
   auto dash = text.find('-');
   if (dash == std::string::npos || dash == 0) {
-    return parse_count_list(text, "--batch");
+    return parse_count_list(text, flag);
   }
-  u64 lo = parse_count(text.substr(0, dash), "--batch");
-  u64 hi = parse_count(text.substr(dash + 1), "--batch");
+  u64 lo = parse_count(text.substr(0, dash), flag);
+  u64 hi = parse_count(text.substr(dash + 1), flag);
   if (hi < lo) {
-    throw InputError("--batch range '" + text + "' runs backwards; write low-high, e.g. 1-256");
+    throw InputError(flag + " range '" + text + "' runs backwards; write low-high, e.g. 1-256");
   }
   std::vector<u64> out;
   for (u64 b = 1; b <= hi; b *= 2) {
@@ -145,50 +167,38 @@ void write_plot(const std::string& path, const RooflineRequest& first,
   write_text_file(path, render_svg(chart, charts));
 }
 
-} // namespace
-
 int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err) {
-  Diagnostics diagnostics;
-  std::vector<Model> models;
-  for (const auto& spec : args.models) {
-    models.push_back(load_model(spec, diagnostics));
-  }
-  Phase phase = parse_phase(args.phase);
-  std::string contexts_text = args.contexts;
-  if (!args.prompt.empty()) {
+  Rendered r;
+  std::vector<Model> models = load_models(args.models, r.warnings);
+  std::vector<std::string>& warnings = r.warnings;
+  Phase phase = args.phase;
+  std::vector<u64> contexts = args.contexts;
+  if (args.prompt) {
     if (phase != Phase::prefill) {
       throw InputError("--prompt is the prefill length; add --phase prefill or use --context");
     }
-    contexts_text = args.prompt;
+    contexts = *args.prompt;
   }
-  std::vector<u64> contexts = parse_count_list(contexts_text, "--context");
-  std::vector<u64> batches = parse_batches(args.batches);
-  u64 query = parse_count(args.query, "--query");
+  const std::vector<u64>& batches = args.batches;
+  u64 query = args.query;
   if (phase == Phase::prefill && query != 1) {
     throw InputError("--query is decode's tokens per step (extend: the chunk); a prefill step "
                      "takes the whole prompt, --prompt or --context");
   }
-  std::vector<MlaMode> modes;
-  for (const auto& m : args.mla) {
-    modes.push_back(parse_mla_mode(m));
-  }
-  if (args.mla != std::vector<std::string>{"auto"}) {
+  const std::vector<MlaMode>& modes = args.mla;
+  if (args.mla_given) {
     for (const Model& m : models) {
       if (m.attention.kind != AttentionKind::mla) {
-        diagnostics.warnings.push_back("--mla applies to MLA models; " + m.name + " is " +
-                                       std::string(attention_kind_name(m.attention.kind)) +
-                                       ", whose rows do not change with it");
+        warnings.push_back("--mla applies to MLA models; " + m.name + " is " +
+                           std::string(attention_kind_name(m.attention.kind)) +
+                           ", whose rows do not change with it");
       }
     }
   }
-  NaiveKv naive_kv = args.naive_kv == "materialized" ? NaiveKv::materialized : NaiveKv::fused;
-  if (args.naive_kv != "fused" && args.naive_kv != "materialized") {
-    throw InputError("unknown --naive-kv '" + args.naive_kv + "' (one of: fused, materialized)");
-  }
-  auto [bw_eff, flops_eff] = parse_efficiency(args.efficiency);
-  std::optional<DeviceProfile> profile;
+  NaiveKv naive_kv = args.naive_kv;
+  Efficiency efficiency = parse_efficiency(args.efficiency, "--efficiency");
   if (!args.device_profile.empty() || args.measure) {
-    if (!args.efficiency.empty()) {
+    if (efficiency.given) {
       throw InputError("--efficiency and measured ceilings (--device-profile, --measure) both "
                        "set the ceilings; give one");
     }
@@ -196,13 +206,10 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
       throw InputError("--measure measures the ceilings --device-profile would give; choose one");
     }
   }
-  if (!args.device_profile.empty()) {
-    profile =
-        parse_device_profile(detail::read_text_file(args.device_profile), args.device_profile);
-  }
+  std::optional<DeviceProfile> profile = read_device_profile(args.device_profile);
   const std::string how_to_measure =
       "add --measure, or a --device-profile that kvcalc measure wrote";
-  GpuCatalog catalog(args.deployment.gpu_file);
+  GpuCatalog catalog(args.parallel.gpu_file);
   if (args.measure) {
     auto backend = make_measure_backend("auto");
     // The devices are checked against what will be measured before the probes take seconds.
@@ -210,8 +217,8 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     planned.backend = backend->name();
     planned.device = backend->device();
     planned.file = "(measured now)";
-    Diagnostics ignored; // the real run below says them
-    (void)deployment_devices(args.deployment, planned, catalog, how_to_measure, ignored);
+    std::vector<std::string> ignored; // the real run below says them
+    (void)deployment_devices(args.parallel, planned, catalog, how_to_measure, ignored);
     MeasureOptions options; // probes only: the roofline needs the ceilings
     if (isatty(2) != 0) {
       options.progress = [&err](const std::string& what) {
@@ -221,11 +228,7 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     profile = to_device_profile(run_measure(*backend, options), "(measured now)");
   }
   std::vector<Gpu> devices =
-      deployment_devices(args.deployment, profile, catalog, how_to_measure, diagnostics);
-  std::optional<DType> weight_dtype;
-  if (!args.deployment.weight_dtype.empty()) {
-    weight_dtype = parse_dtype(args.deployment.weight_dtype, "--weight-dtype");
-  }
+      deployment_devices(args.parallel, profile, catalog, how_to_measure, warnings);
 
   struct Scenario {
     RooflineRequest request;
@@ -236,15 +239,18 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
   for (const Model& m : models) {
     bool mla = m.attention.kind == AttentionKind::mla;
     for (const Gpu& gpu : devices) {
-      for (u64 tp : args.deployment.tps) {
+      for (u64 tp : args.parallel.tps) {
         RooflineRequest req;
         req.model = m;
         req.gpu = gpu;
-        req.rates = profile ? device_rates(gpu, *profile) : device_rates(gpu, bw_eff, flops_eff);
-        req.cache = cache_request(args.cache);
-        req.weight_dtype = weight_dtype;
-        req.parallel = {
-            0, tp, args.deployment.pp, args.deployment.ep, 1, args.deployment.dp_attention};
+        req.rates = profile ? device_rates(gpu, *profile)
+                            : device_rates(gpu, efficiency.bandwidth, efficiency.flops);
+        req.cache = args.cache;
+        req.weight_dtype = args.parallel.weight_dtype;
+        req.parallel.tp = tp;
+        req.parallel.pp = args.parallel.pp;
+        req.parallel.ep = args.parallel.ep;
+        req.parallel.dp_attention = args.parallel.dp_attention;
         req.phase = phase;
         req.query = query;
         req.naive_kv = naive_kv;
@@ -274,7 +280,6 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     }
   }
 
-  Rendered r;
   r.json = json_header(args.mla_crossover ? "roofline-mla-crossover" : "roofline");
   if (args.mla_crossover) {
     Table t;
@@ -311,8 +316,10 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     r.json["crossovers"] = std::move(list);
     r.csv = t;
     r.tables.push_back(std::move(t));
-    warn(err, diagnostics.warnings);
-    emit(r, args.output, out);
+    if (!args.plot.empty()) {
+      throw InputError("--plot draws the roofline of the steps; --mla-crossover has none to draw");
+    }
+    emit(r, args.output, out, err);
     return 0;
   }
 
@@ -373,9 +380,7 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     j["total"]["time_per_token_s"] = res.time_per_token_s;
     j["dominant"] = res.dominant;
     list.push_back(std::move(j));
-    for (const auto& note : res.notes) {
-      diagnostics.warnings.push_back(note);
-    }
+    warnings.insert(warnings.end(), res.notes.begin(), res.notes.end());
   }
   summary.notes.push_back("ceilings: " + scenarios.front().result.rates_source +
                           "; ops run one after another (no overlap)");
@@ -423,9 +428,86 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
         }());
     err << "kvcalc: wrote " << args.plot << '\n';
   }
-  warn(err, diagnostics.warnings);
-  emit(r, args.output, out);
+  emit(r, args.output, out, err);
   return 0;
+}
+
+} // namespace
+
+Command setup_roofline(CLI::App& app) {
+  auto args = std::make_shared<RooflineArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "roofline",
+      "One prefill or decode step, op by op, on a GPU's roofline (MLA absorbed vs naive)");
+  cmd->add_option("models", args->models, k_models_help)->type_name("MODEL")->required();
+  add_parsed(cmd, "--batch", args->batches, parse_batches,
+             "Sequences per step: a list (1,16,128) or a range of powers of two (1-256) "
+             "[default: 1]")
+      ->type_name("N,...|A-B")
+      ->group(k_group_workload);
+  add_counts(cmd, "--context", args->contexts,
+             "Tokens: in the cache (decode), the prompt (prefill), the cached prefix (extend); a "
+             "list sweeps [default: 4k]")
+      ->type_name("TOKENS,...")
+      ->group(k_group_workload);
+  add_parsed(
+      cmd, "--prompt", args->prompt,
+      [](const std::string& text, const std::string& flag) {
+        return std::optional<std::vector<u64>>(parse_count_list(text, flag));
+      },
+      "Prefill: the prompt length (= --context)")
+      ->type_name("TOKENS,...")
+      ->group(k_group_workload);
+  add_choice(cmd, "--phase", args->phase, k_phases,
+             "decode (s new tokens per request), prefill (a prompt, no prefix) or extend (a "
+             "chunk of s tokens over a cached prefix)")
+      ->group(k_group_workload);
+  add_count(cmd, "--query", args->query,
+            "s: decode tokens per request per step (2+ for MTP/speculative), or the extend "
+            "chunk [default: 1]")
+      ->type_name("TOKENS")
+      ->group(k_group_workload);
+  add_choice_list(cmd, "--mla", args->mla, k_mla_modes,
+                  "MLA mode: absorbed, naive, auto (absorbed for chunks of ≤ 128 tokens, naive "
+                  "for prefill); a comma-separated list compares")
+      ->each([args](const std::string&) { args->mla_given = true; })
+      ->group(k_group_workload);
+  add_choice(cmd, "--naive-kv", args->naive_kv, k_naive_kv,
+             "Naive MLA: fused (decompressed K/V stay on chip) or materialized (written and read "
+             "back)")
+      ->group(k_group_workload);
+  cmd->add_flag("--mla-crossover", args->mla_crossover,
+                "Report where absorbed MLA stops paying: the FLOP and the time crossover in chunk "
+                "length over each --context prefix")
+      ->group(k_group_workload);
+  add_cache_options(cmd, args->cache);
+  add_parallel_options(cmd, args->parallel, ParallelScope::step, true);
+  cmd->add_flag("--no-comm", args->no_communication,
+                "Leave out TP all-reduce and EP all-to-all time")
+      ->group(k_group_deployment);
+  cmd->add_option("--efficiency", args->efficiency,
+                  "Scale the datasheet ceilings: bw=F,flops=F (e.g. bw=0.85,flops=0.7) [default: "
+                  "1, the datasheet]")
+      ->type_name("bw=F,flops=F")
+      ->group(k_group_ceilings);
+  cmd->add_option("--device-profile", args->device_profile,
+                  "Measured ceilings (a profile `kvcalc measure --profile` writes) instead of the "
+                  "datasheet's")
+      ->type_name("FILE")
+      ->group(k_group_ceilings);
+  cmd->add_flag("--measure", args->measure,
+                "Measure this machine's ceilings first (kvcalc measure's probes) and use them; "
+                "without --gpu (or with --gpu auto) the measured device is the device")
+      ->group(k_group_ceilings);
+  cmd->add_flag("--ops", args->ops, "Print the op table of every scenario")->group(k_group_output);
+  cmd->add_option("--plot", args->plot,
+                  "Write an SVG: the roofline with every op, and for a batch sweep throughput and "
+                  "time per token against batch")
+      ->type_name("FILE.svg")
+      ->group(k_group_output);
+  add_output_options(cmd, args->output);
+  return {cmd,
+          [args](std::ostream& out, std::ostream& err) { return run_roofline(*args, out, err); }};
 }
 
 } // namespace kvcalc::cli

@@ -1,16 +1,34 @@
 // `measure`: probes and MLA decode kernels on this machine; writes a device profile.
 
+#include <algorithm>
+#include <memory>
 #include <ostream>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <kvcalc/core/error.hpp>
+#include <kvcalc/core/file.hpp>
+#include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/measure/measure.hpp>
 
-#include "commands.hpp"
+#include "command.hpp"
 
 namespace kvcalc::cli {
+
+namespace {
+
+struct MeasureArgs {
+  std::string backend = "auto";
+  std::string profile; ///< the device profile YAML
+  std::string heads;   ///< empty: the backend's defaults
+  std::string batch;
+  std::string context;
+  u64 query = 1;
+  bool quick = false;
+  OutputOptions output;
+};
 
 MeasureOptions measure_options(const MeasureArgs& args, std::string_view backend,
                                std::ostream& err) {
@@ -25,7 +43,7 @@ MeasureOptions measure_options(const MeasureArgs& args, std::string_view backend
   o.heads = parse_count_list(args.heads.empty() ? heads : args.heads, "--heads");
   o.batches = parse_count_list(args.batch.empty() ? batch : args.batch, "--batch");
   o.contexts = parse_count_list(args.context.empty() ? context : args.context, "--context");
-  o.query = parse_count(args.query, "--query");
+  o.query = args.query;
   if (isatty(2) != 0) {
     o.progress = [&err](const std::string& what) { err << "kvcalc: measuring " << what << '\n'; };
   }
@@ -169,8 +187,63 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
   if (!phases.rows.empty()) {
     r.tables.push_back(std::move(phases));
   }
-  emit(r, args.output, out);
+  emit(r, args.output, out, err);
   return 0;
+}
+
+} // namespace
+
+Command setup_measure(CLI::App& app) {
+  auto args = std::make_shared<MeasureArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "measure", "Measure this machine: bandwidth and compute probes, MLA decode both ways");
+  cmd->add_option("--backend", args->backend,
+                  "auto (cuda when a GPU is present, else cpu), cpu, cuda, or fake (fixed "
+                  "figures, for tests) [default: auto]")
+      ->check(CLI::Validator(
+          [](std::string& name) {
+            static const std::vector<std::string> backends{"auto", "cpu", "cuda", "fake"};
+            return std::find(backends.begin(), backends.end(), name) != backends.end()
+                       ? std::string()
+                       : "unknown backend '" + name + "'" + did_you_mean(name, backends) +
+                             " (one of: auto, cpu, cuda, fake)";
+          },
+          "{auto,cpu,cuda,fake}"))
+      ->group(k_group_ceilings);
+  cmd->add_option("--profile", args->profile,
+                  "Write the device profile YAML to FILE (what --device-profile reads)")
+      ->type_name("FILE")
+      ->group(k_group_output);
+  cmd->add_option_function<std::string>(
+         "--out",
+         [](const std::string&) {
+           throw InputError("--out is now --profile FILE (the device profile); -o/--output is "
+                            "where the report goes");
+         },
+         "")
+      ->group("");
+  cmd->add_option("--heads", args->heads,
+                  "Query heads of the MLA kernels, comma-separated [default: cpu 1,16 (--quick "
+                  "1,8); cuda 16,128 (--quick 16)]")
+      ->type_name("N,...")
+      ->group(k_group_workload);
+  cmd->add_option("--batch", args->batch,
+                  "Sequences [default: cpu 4 (--quick 2); cuda 128 (--quick 32)]")
+      ->type_name("N,...")
+      ->group(k_group_workload);
+  cmd->add_option("--context", args->context,
+                  "Cached tokens [default: cpu 2k (--quick 1k); cuda 4k (--quick 2k)]")
+      ->type_name("TOKENS,...")
+      ->group(k_group_workload);
+  add_count(cmd, "--query", args->query, "New tokens per sequence (s) [default: 1]")
+      ->type_name("TOKENS")
+      ->group(k_group_workload);
+  cmd->add_flag("--quick", args->quick, "Smaller probes and kernels: a few seconds")
+      ->group(k_group_workload);
+  add_output_options(cmd, args->output);
+  return {cmd, [args](std::ostream& out, std::ostream& err) {
+            return run_measure_command(*args, out, err);
+          }};
 }
 
 } // namespace kvcalc::cli

@@ -1,0 +1,72 @@
+#pragma once
+// What every command shares: its entry in the application, what it produced, and how that is
+// emitted. Each command lives in its own file with `setup_<command>`, which declares its
+// options (typed, with their defaults) and returns how to run it.
+
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <kvcalc/device/gpu.hpp>
+#include <kvcalc/model/model.hpp>
+#include <kvcalc/report/json.hpp>
+#include <kvcalc/report/table.hpp>
+
+#include "options.hpp"
+
+namespace kvcalc::cli {
+
+/// A subcommand and how to run it once the command line is read: returns the exit code.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int(std::ostream& out, std::ostream& err)> run;
+};
+
+Command setup_footprint(CLI::App& app);
+Command setup_compare(CLI::App& app);
+Command setup_capacity(CLI::App& app);
+Command setup_roofline(CLI::App& app);
+Command setup_simulate(CLI::App& app);
+Command setup_measure(CLI::App& app);
+Command setup_plan(CLI::App& app);
+Command setup_gpus(CLI::App& app);
+Command setup_models(CLI::App& app);
+Command setup_import(CLI::App& app);
+/// `completion` and `man`: documents generated from `app` itself.
+Command setup_completion(CLI::App& app);
+Command setup_man(CLI::App& app);
+
+/// What a command produced: human tables, the JSON document, the flat CSV table, and the
+/// warnings for people (stderr, and the JSON's `warnings`).
+struct Rendered {
+  std::vector<Table> tables;
+  Json json;
+  Table csv;
+  std::vector<std::string> text_after; ///< plain lines after the tables (--explain), for people
+  std::vector<std::string> warnings;
+};
+
+/// Says the warnings on `err` (each once) and writes the result as `options` ask: to `out`, or
+/// to the -o file. The JSON gains `warnings`.
+void emit(Rendered& result, const OutputOptions& options, std::ostream& out, std::ostream& err);
+/// Says each warning once on `err` ("kvcalc: warning: ..."); returns them, each once.
+std::vector<std::string> say_warnings(std::ostream& err, const std::vector<std::string>& warnings);
+/// {"kvcalc": {"version", "schema"}, "command": name}
+Json json_header(const std::string& command);
+/// {"fp32": …, "tf32": …, …}: every dtype, null where unset.
+Json peak_flops_json(const PeakFlops& flops);
+/// ["a", "b"]
+Json string_array(const std::vector<std::string>& items);
+/// Short label for a context: "128k" when a whole number of k, "1M", else the grouped count.
+std::string context_label(u64 tokens);
+/// "gqa-8", "mla dsa", "hybrid gqa-2 + gated_deltanet", "ssm mamba2": a model's attention and
+/// state in a few words.
+std::string attention_detail(const Model& m);
+/// The models named on the command line, loaded (bundled names, YAML files, config.json).
+std::vector<Model> load_models(const std::vector<std::string>& specs,
+                               std::vector<std::string>& warnings);
+/// The help line of a command's MODEL positional.
+inline constexpr const char* k_models_help = "MODEL names, kvcalc YAML files or config.json";
+
+} // namespace kvcalc::cli

@@ -1,0 +1,114 @@
+// `compare`: models side by side against a baseline, with a deployment's sequences per model.
+
+#include <memory>
+
+#include <kvcalc/core/error.hpp>
+#include <kvcalc/model/loader.hpp>
+
+#include "deployment.hpp"
+#include "footprints.hpp"
+
+namespace kvcalc::cli {
+
+namespace {
+
+struct CompareArgs {
+  std::vector<std::string> models;
+  std::string baseline; ///< empty: the first model
+  std::vector<u64> contexts{4096, 32768, 131072};
+  CacheRequest cache;
+  std::optional<u64> block_size;
+  bool explain = false;
+  ParallelOptions parallel; ///< with a --gpu: the sequences each model fits
+  EngineOptions engine = EngineOptions::of(Engine::vllm);
+  OutputOptions output;
+};
+
+/// The entry `--baseline` names, else the first.
+const Entry& baseline_of(const std::vector<Entry>& entries, const std::string& baseline) {
+  const Entry* base = &entries.front();
+  if (!baseline.empty()) {
+    base = nullptr;
+    Diagnostics ignored;
+    std::string wanted = load_model(baseline, ignored).name;
+    for (const auto& e : entries) {
+      if (e.model.name == wanted) {
+        base = &e;
+      }
+    }
+    if (!base) {
+      throw InputError("--baseline '" + baseline +
+                       "' is not one of the compared models; add it to the list");
+    }
+  }
+  if (base->footprint.bytes_per_token == 0) {
+    throw InputError("baseline " + base->model.name +
+                     " keeps no per-token KV cache; choose another --baseline");
+  }
+  return *base;
+}
+
+int run_compare(const CompareArgs& args, std::ostream& out, std::ostream& err) {
+  FootprintOptions options;
+  options.cache = args.cache;
+  options.contexts = args.contexts;
+  options.explain = args.explain;
+  options.block_size = args.block_size.value_or(0);
+  Rendered r;
+  std::vector<Entry> entries = footprint_entries(args.models, options, r.warnings);
+  if (!args.parallel.gpus.empty()) {
+    if (args.parallel.gpus.size() > 1 || args.parallel.tps.size() > 1) {
+      throw InputError("compare takes one --gpu and one --tp; use kvcalc capacity to sweep");
+    }
+    std::vector<Model> models;
+    for (const auto& e : entries) {
+      models.push_back(e.model);
+    }
+    std::vector<Gpu> devices =
+        deployment_devices(args.parallel, std::nullopt, GpuCatalog(args.parallel.gpu_file),
+                           "compare takes catalog GPUs only", r.warnings);
+    auto requests = capacity_requests(models, args.cache, args.parallel, args.engine,
+                                      args.block_size, devices, args.contexts, std::nullopt);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      entries[i].capacity = compute_capacity(requests[i]);
+      r.warnings.insert(r.warnings.end(), entries[i].capacity->notes.begin(),
+                        entries[i].capacity->notes.end());
+    }
+  }
+  const Entry& base = baseline_of(entries, args.baseline);
+  r.json = json_header("compare");
+  r.json["baseline"] = base.model.name;
+  Json models = Json::array();
+  for (const auto& e : entries) {
+    models.push_back(entry_json(e, &base, args.explain));
+    if (args.explain) {
+      explain_lines(e, r.text_after);
+    }
+  }
+  r.json["models"] = std::move(models);
+  r.tables.push_back(compare_table(entries, base));
+  r.csv = flat_table(entries, &base);
+  emit(r, args.output, out, err);
+  return 0;
+}
+
+} // namespace
+
+Command setup_compare(CLI::App& app) {
+  auto args = std::make_shared<CompareArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "compare", "Models side by side: KV per token and per layer, ratio to a baseline");
+  cmd->add_option("models", args->models, k_models_help)->type_name("MODEL")->required();
+  cmd->add_option("--baseline", args->baseline,
+                  "The model ratios are taken against [default: the first]")
+      ->type_name("MODEL")
+      ->group(k_group_model);
+  add_footprint_options(cmd, args->contexts, args->cache, args->block_size, args->explain);
+  add_parallel_options(cmd, args->parallel, ParallelScope::deployment, false);
+  add_engine_options(cmd, args->engine);
+  add_output_options(cmd, args->output);
+  return {cmd,
+          [args](std::ostream& out, std::ostream& err) { return run_compare(*args, out, err); }};
+}
+
+} // namespace kvcalc::cli

@@ -1,0 +1,103 @@
+#include "deployment.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include <kvcalc/core/error.hpp>
+#include <kvcalc/core/file.hpp>
+#include <kvcalc/core/spell.hpp>
+#include <kvcalc/measure/measure.hpp>
+
+namespace kvcalc::cli {
+
+std::vector<Gpu> deployment_devices(const ParallelOptions& p,
+                                    const std::optional<DeviceProfile>& profile,
+                                    const GpuCatalog& catalog, const std::string& how_to_measure,
+                                    std::vector<std::string>& warnings) {
+  auto is_auto = [](const std::string& name) { return iequals(name, "auto"); };
+  std::vector<std::string> names = p.gpus;
+  if (profile && !p.gpu_given) {
+    names = {"auto"};
+  }
+  bool any_auto = std::any_of(names.begin(), names.end(), is_auto);
+  if (any_auto && !profile) {
+    throw InputError("--gpu auto means the device a profile measured: " + how_to_measure);
+  }
+  // The device the profile measured, where kvcalc can model it: for `auto` an error says why
+  // not (a fake profile, a GPU the catalog lacks); beside a named GPU there is just none.
+  std::optional<Gpu> own;
+  if (any_auto) {
+    own = device_of_profile(*profile, catalog);
+  } else if (profile) {
+    try {
+      own = device_of_profile(*profile, catalog);
+    } catch (const InputError&) {
+      own.reset();
+    }
+  }
+  std::vector<Gpu> devices;
+  for (const auto& name : names) {
+    if (is_auto(name)) {
+      const Gpu& measured = *own;
+      bool several = std::any_of(p.tps.begin(), p.tps.end(), [](u64 tp) { return tp > 1; }) ||
+                     p.pp > 1 || p.ep > 1 || p.dcp > 1 || p.gpu_count.value_or(1) > 1;
+      if (measured.vendor == "cpu" && several) {
+        throw InputError("the device profile measured a CPU, one device: --tp, --pp, --ep, "
+                         "--dcp and --gpus above 1 need GPUs; name a catalog --gpu to model a "
+                         "deployment with the CPU's ceilings, or drop them");
+      }
+      devices.push_back(measured);
+      continue;
+    }
+    const Gpu& gpu = catalog.find(name);
+    if (profile && (!own || own->name != gpu.name)) {
+      warnings.push_back(fmt::format("{} takes the ceilings the {} backend measured on {}{}",
+                                     gpu.name, profile->backend, profile->device,
+                                     own ? "; use --gpu auto to model the measured device" : ""));
+    }
+    devices.push_back(gpu);
+  }
+  return devices;
+}
+
+std::vector<CapacityRequest>
+capacity_requests(const std::vector<Model>& models, const CacheRequest& cache,
+                  const ParallelOptions& p, const EngineOptions& engine,
+                  std::optional<u64> block_size, const std::vector<Gpu>& devices,
+                  const std::vector<u64>& contexts, std::optional<u64> max_context_at) {
+  EngineSettings settings = engine_settings(engine, block_size);
+  std::vector<CapacityRequest> out;
+  for (const Model& m : models) {
+    for (const Gpu& gpu : devices) {
+      for (u64 tp : p.tps) {
+        CapacityRequest req;
+        req.model = m;
+        req.gpu = gpu;
+        req.cache = cache;
+        req.weight_dtype = p.weight_dtype;
+        req.parallel.gpus = p.gpu_count.value_or(0);
+        req.parallel.tp = tp;
+        req.parallel.pp = p.pp;
+        req.parallel.ep = p.ep;
+        req.parallel.dcp = p.dcp;
+        req.parallel.dp_attention = p.dp_attention;
+        req.engine = settings;
+        req.mtp = p.mtp;
+        req.contexts = contexts;
+        req.max_context_at = max_context_at;
+        out.push_back(std::move(req));
+      }
+    }
+  }
+  return out;
+}
+
+std::optional<DeviceProfile> read_device_profile(const std::string& path) {
+  if (path.empty()) {
+    return std::nullopt;
+  }
+  return parse_device_profile(read_text_file(path), path);
+}
+
+} // namespace kvcalc::cli

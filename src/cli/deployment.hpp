@@ -1,0 +1,35 @@
+#pragma once
+// The deployments of a command line: its devices and one capacity request per model × device
+// × tp (capacity, compare, simulate).
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/roofline/roofline.hpp>
+
+#include "command.hpp"
+
+namespace kvcalc::cli {
+
+/// The devices of a deployment: each --gpu from the catalog, `auto` the device `profile`
+/// measured, and without --gpu, that device when there is a profile (docs/device-profile.md).
+/// A profile set on a GPU it did not measure gets a warning. `how_to_measure` ends the error
+/// of `auto` without a profile.
+std::vector<Gpu> deployment_devices(const ParallelOptions& p,
+                                    const std::optional<DeviceProfile>& profile,
+                                    const GpuCatalog& catalog, const std::string& how_to_measure,
+                                    std::vector<std::string>& warnings);
+
+/// One capacity request per model × device × tp of the options.
+std::vector<CapacityRequest>
+capacity_requests(const std::vector<Model>& models, const CacheRequest& cache,
+                  const ParallelOptions& p, const EngineOptions& engine,
+                  std::optional<u64> block_size, const std::vector<Gpu>& devices,
+                  const std::vector<u64>& contexts, std::optional<u64> max_context_at);
+
+/// The device profile of --device-profile FILE, if one is given.
+std::optional<DeviceProfile> read_device_profile(const std::string& path);
+
+} // namespace kvcalc::cli

@@ -1,0 +1,57 @@
+// `footprint`: exact KV bytes of one or more models at given contexts.
+
+#include <memory>
+
+#include "footprints.hpp"
+
+namespace kvcalc::cli {
+
+namespace {
+
+struct FootprintArgs {
+  std::vector<std::string> models;
+  std::vector<u64> contexts{4096, 32768, 131072};
+  CacheRequest cache;
+  std::optional<u64> block_size; ///< no paging when unset
+  bool explain = false;
+  OutputOptions output;
+};
+
+int run_footprint(const FootprintArgs& args, std::ostream& out, std::ostream& err) {
+  FootprintOptions options;
+  options.cache = args.cache;
+  options.contexts = args.contexts;
+  options.explain = args.explain;
+  options.block_size = args.block_size.value_or(0);
+  Rendered r;
+  std::vector<Entry> entries = footprint_entries(args.models, options, r.warnings);
+  r.json = json_header("footprint");
+  Json models = Json::array();
+  for (const auto& e : entries) {
+    models.push_back(entry_json(e, nullptr, args.explain));
+    footprint_tables(e, r.tables);
+    if (args.explain) {
+      explain_lines(e, r.text_after);
+    }
+  }
+  r.json["models"] = std::move(models);
+  r.csv = flat_table(entries, nullptr);
+  emit(r, args.output, out, err);
+  return 0;
+}
+
+} // namespace
+
+Command setup_footprint(CLI::App& app) {
+  auto args = std::make_shared<FootprintArgs>();
+  CLI::App* cmd =
+      app.add_subcommand("footprint", "KV bytes per token, per layer kind and at each context "
+                                      "length");
+  cmd->add_option("model", args->models, k_models_help)->type_name("MODEL")->required();
+  add_footprint_options(cmd, args->contexts, args->cache, args->block_size, args->explain);
+  add_output_options(cmd, args->output);
+  return {cmd,
+          [args](std::ostream& out, std::ostream& err) { return run_footprint(*args, out, err); }};
+}
+
+} // namespace kvcalc::cli

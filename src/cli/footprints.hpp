@@ -1,0 +1,40 @@
+#pragma once
+// Models with their exact KV bytes, shared by `footprint` and `compare`.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/kv/footprint.hpp>
+
+#include "command.hpp"
+
+namespace kvcalc::cli {
+
+struct Entry {
+  Model model;
+  Footprint footprint;
+  std::optional<CapacityResult> capacity; ///< compare --gpu
+};
+
+/// Each model of `specs` loaded, with its footprint; their notes join `warnings`.
+std::vector<Entry> footprint_entries(const std::vector<std::string>& specs,
+                                     const FootprintOptions& options,
+                                     std::vector<std::string>& warnings);
+/// The options `footprint` and `compare` share: the contexts, the cache, paging, --explain.
+void add_footprint_options(CLI::App* cmd, std::vector<u64>& contexts, CacheRequest& cache,
+                           std::optional<u64>& block_size, bool& explain);
+/// One model's JSON: its cache, groups and contexts; ratios to `base` when given; its capacity
+/// (compare --gpu); the derivation with `explain`.
+Json entry_json(const Entry& e, const Entry* base, bool explain);
+/// `footprint`'s tables of one model: the layer groups, then the contexts.
+void footprint_tables(const Entry& e, std::vector<Table>& tables);
+/// `compare`'s table: the models side by side against `base`, with the headline notes.
+Table compare_table(const std::vector<Entry>& entries, const Entry& base);
+/// The flat CSV of both: one row per model and context.
+Table flat_table(const std::vector<Entry>& entries, const Entry* baseline);
+/// A blank line, then the model's derivation (--explain).
+void explain_lines(const Entry& e, std::vector<std::string>& lines);
+
+} // namespace kvcalc::cli

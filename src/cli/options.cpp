@@ -1,0 +1,286 @@
+#include "options.hpp"
+
+#include <algorithm>
+
+#include <kvcalc/core/error.hpp>
+
+namespace kvcalc::cli {
+
+std::string flag_name(const std::string& flags) {
+  std::size_t comma = flags.rfind(',');
+  return comma == std::string::npos ? flags : flags.substr(comma + 1);
+}
+
+CLI::Option* add_count(CLI::App* cmd, const std::string& flags, u64& target,
+                       const std::string& help) {
+  return add_parsed(cmd, flags, target, parse_count, help)->type_name("N");
+}
+
+CLI::Option* add_count(CLI::App* cmd, const std::string& flags, std::optional<u64>& target,
+                       const std::string& help) {
+  return add_parsed(cmd, flags, target, parse_count, help)->type_name("N");
+}
+
+CLI::Option* add_counts(CLI::App* cmd, const std::string& flags, std::vector<u64>& target,
+                        const std::string& help) {
+  return add_parsed(cmd, flags, target, parse_count_list, help)->type_name("N,...");
+}
+
+CLI::Option* add_bytes(CLI::App* cmd, const std::string& flags, std::optional<u64>& target,
+                       const std::string& help) {
+  return add_parsed(cmd, flags, target, parse_bytes, help)->type_name("BYTES");
+}
+
+void add_output_options(CLI::App* cmd, OutputOptions& o) {
+  add_choice(cmd, "--format", o.format, k_formats, "Output format")->group(k_group_output);
+  add_choice(cmd, "--units", o.units, k_byte_units,
+             "Byte units for people: iec (KiB, MiB, GiB: powers of 1024) or si (kB, MB, GB: "
+             "powers of 1000); JSON and CSV always carry exact bytes")
+      ->group(k_group_output);
+  cmd->add_option("-o,--output", o.file, "Write the result to FILE instead of stdout")
+      ->type_name("FILE")
+      ->group(k_group_output);
+}
+
+namespace {
+
+std::optional<DType> dtype_option(const std::string& text, const std::string& flag) {
+  return parse_dtype(text, flag);
+}
+
+} // namespace
+
+void add_cache_options(CLI::App* cmd, CacheRequest& c) {
+  add_parsed(cmd, "--kv-dtype", c.dtype, dtype_option,
+             "KV cache element type: fp32, fp16, bf16, fp8 (= fp8_e4m3), fp8_e5m2, int8, int4, "
+             "nvfp4 [default: the model's dtype]")
+      ->type_name("DTYPE")
+      ->group(k_group_model);
+  add_parsed(
+      cmd, "--kv-scale", c.scale,
+      [&c](const std::string& text, const std::string&) {
+        auto [granularity, group] = parse_scale(text);
+        if (granularity == ScaleGranularity::per_group) {
+          c.scale_group = group;
+        }
+        return std::optional<ScaleGranularity>(granularity);
+      },
+      "Scale metadata of a quantized cache: none, tensor (one per layer: no bytes per token), "
+      "token-head (one per token per head), group:G (one per G elements) [default: fp8 tensor, "
+      "int8 token-head, int4 group:32, nvfp4 group:16]")
+      ->type_name("SCALE")
+      ->group(k_group_model);
+  add_parsed(cmd, "--kv-scale-dtype", c.scale_dtype, dtype_option,
+             "Type of each scale: fp32, fp16, bf16, fp8_e4m3 [default: fp32; int4 fp16; nvfp4 "
+             "fp8_e4m3]")
+      ->type_name("DTYPE")
+      ->group(k_group_model);
+  add_choice(cmd, "--mla-cache", c.mla_format, k_mla_formats,
+             "MLA cache layout: latent (d_c + d_R per token per layer), expanded (per-head K and "
+             "V, as HF eager code), fp8_ds_mla (656 B per token per layer at DeepSeek dims)")
+      ->group(k_group_model);
+  add_parsed(cmd, "--mamba-cache-dtype", c.state_dtype, parse_state_dtype,
+             "Recurrent layers' state (vLLM --mamba-cache-dtype): fp32, fp16, bf16 or auto "
+             "[default: auto: the model's own, else the engine's rule: vLLM and plain the model "
+             "dtype, SGLang conv bf16 and SSM fp32]")
+      ->type_name("DTYPE")
+      ->group(k_group_model);
+  add_parsed(cmd, "--mamba-ssm-cache-dtype", c.ssm_state_dtype, parse_state_dtype,
+             "The SSM / recurrent part of that state alone (vLLM --mamba-ssm-cache-dtype): fp32, "
+             "fp16, bf16 or auto [default: auto, as --mamba-cache-dtype]")
+      ->type_name("DTYPE")
+      ->group(k_group_model);
+}
+
+void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope, bool measured) {
+  std::string defaults;
+  for (const auto& g : p.gpus) {
+    defaults += (defaults.empty() ? "" : ",") + g;
+  }
+  std::string gpu_help = "GPU from the catalog (`kvcalc gpus`), any case, aliases accepted; a "
+                         "comma-separated list sweeps";
+  if (measured) {
+    gpu_help += "; `auto`: the device a --device-profile measured, which is also the default "
+                "when a profile is given";
+  }
+  gpu_help += defaults.empty() ? " [default: none]" : " [default: " + defaults + "]";
+  cmd->add_option_function<std::vector<std::string>>(
+         "--gpu",
+         [&p](const std::vector<std::string>& names) {
+           p.gpus = names;
+           p.gpu_given = true;
+         },
+         gpu_help)
+      ->delimiter(',')
+      ->type_name("GPU,...")
+      ->group(k_group_deployment);
+  cmd->add_option("--gpu-file", p.gpu_file,
+                  "A GPU catalog YAML of your own, added to the bundled one (docs/gpu-catalog.md)")
+      ->type_name("FILE")
+      ->group(k_group_deployment);
+  if (scope == ParallelScope::deployment) {
+    add_count(cmd, "--gpus", p.gpu_count,
+              "GPUs in the deployment: model copies = gpus / (tp × pp) [default: tp × pp]")
+        ->group(k_group_deployment);
+  }
+  add_parsed(
+      cmd, "--tp", p.tps,
+      [&p](const std::string& text, const std::string& flag) {
+        p.tp_given = true;
+        return parse_count_list(text, flag);
+      },
+      "Tensor parallel size; a comma-separated list sweeps [default: 1]")
+      ->type_name("N,...")
+      ->group(k_group_deployment);
+  add_count(cmd, "--pp", p.pp,
+            "Pipeline parallel size: layers split over stages, each holding ⌈layers / pp⌉ "
+            "[default: 1]")
+      ->group(k_group_deployment);
+  add_count(cmd, "--ep", p.ep,
+            "Expert parallel size: routed experts split over this many GPUs [default: tp]")
+      ->group(k_group_deployment);
+  if (scope == ParallelScope::deployment) {
+    add_count(cmd, "--dcp", p.dcp,
+              "Decode context parallel (MLA): each of dcp TP ranks holds 1/dcp of every "
+              "sequence's latent cache instead of a full copy [default: 1]")
+        ->group(k_group_deployment);
+  }
+  cmd->add_flag("--dp-attention", p.dp_attention,
+                "Attention data parallel over the tp ranks (SGLang --enable-dp-attention): each "
+                "rank holds its own sequences, attention weights are replicated")
+      ->group(k_group_deployment);
+  add_parsed(cmd, "--weight-dtype", p.weight_dtype, dtype_option,
+             "Weight storage: bf16, fp16, fp8 (128x128 block scales), int8, int4, nvfp4, mxfp4 "
+             "[default: the model's checkpoint]")
+      ->type_name("DTYPE")
+      ->group(k_group_deployment);
+  if (scope == ParallelScope::deployment) {
+    cmd->add_flag("--mtp", p.mtp,
+                  "Load the multi-token-prediction module (speculative decoding): its weights and "
+                  "its layer's KV cache")
+        ->group(k_group_deployment);
+  }
+}
+
+namespace {
+
+/// An engine-specific fraction: recorded so that a knob of another engine is refused.
+CLI::Option* add_fraction_knob(CLI::App* cmd, const std::string& flag, EngineOptions& e,
+                               Engine engine, const std::string& help) {
+  return add_parsed(
+             cmd, flag, e.settings.memory_fraction,
+             [&e, engine](const std::string& text, const std::string& name) {
+               e.knobs.emplace_back(name, engine);
+               double v = parse_fraction(text, name, 0.0, 1.0);
+               if (v <= 0) {
+                 throw InputError(name + " must be above 0");
+               }
+               return std::optional<double>(v);
+             },
+             help)
+      ->type_name("FRACTION")
+      ->group(k_group_engine);
+}
+
+} // namespace
+
+void add_engine_options(CLI::App* cmd, EngineOptions& e) {
+  add_choice(cmd, "--engine", e.settings.engine, k_engines,
+             "Budget rules: vllm, sglang, trtllm as each engine sizes its pool, or plain "
+             "(usable memory − weights − reserve, no engine's rules)")
+      ->group(k_group_engine);
+  add_fraction_knob(cmd, "--gpu-memory-utilization", e, Engine::vllm,
+                    "vLLM: fraction of total GPU memory it may use [default: 0.9]");
+  add_fraction_knob(cmd, "--mem-fraction-static", e, Engine::sglang,
+                    "SGLang: fraction for weights and KV pool [default: SGLang's rule from GPU "
+                    "memory and tp]");
+  add_fraction_knob(cmd, "--free-gpu-memory-fraction", e, Engine::trtllm,
+                    "TensorRT-LLM: fraction of the memory left after weights and activations "
+                    "[default: 0.9]");
+  add_count(cmd, "--max-batched-tokens", e.settings.max_batched_tokens,
+            "Tokens per scheduler step (sizes the activation reserve and vLLM's sliding window "
+            "blocks) [default: the engine's]")
+      ->type_name("TOKENS")
+      ->group(k_group_engine);
+  add_count(cmd, "--max-seqs", e.settings.max_seqs,
+            "Sequences per step (sizes the logits reserve) [default: the engine's]")
+      ->group(k_group_engine);
+  add_bytes(cmd, "--reserve", e.settings.reserve_bytes,
+            "Activation/workspace memory per GPU besides weights, e.g. 2GiB [default: kvcalc's "
+            "estimate]")
+      ->group(k_group_engine);
+  add_bytes(cmd, "--non-kv-memory", e.settings.non_kv_bytes,
+            "All non-KV memory per GPU as the engine measured it (weights included), e.g. "
+            "18.4GiB")
+      ->group(k_group_engine);
+  add_bytes(cmd, "--kv-cache-memory", e.settings.kv_cache_bytes,
+            "The KV pool per GPU as the engine reported it, e.g. 3.81GiB (vLLM 'Available KV "
+            "cache memory')")
+      ->group(k_group_engine);
+  add_parsed(
+      cmd, "--mamba-cache-mode", e.settings.mamba_cache_mode,
+      [&e](const std::string& text, const std::string& name) {
+        e.knobs.emplace_back(name, Engine::vllm);
+        return *k_mamba_cache_modes.find_any_case(text);
+      },
+      "vLLM, hybrid models: state blocks per sequence, none (one, prefix caching off) or align "
+      "(two: the running state and the last block-aligned one) [default: none]")
+      ->check(choice_of(k_mamba_cache_modes))
+      ->group(k_group_engine);
+}
+
+EngineSettings engine_settings(const EngineOptions& e, std::optional<u64> block_size) {
+  EngineSettings s = e.settings;
+  std::string engine(engine_name(s.engine));
+  for (const auto& [flag, owner] : e.knobs) {
+    if (owner != s.engine) {
+      throw InputError(flag + " belongs to --engine " + std::string(engine_name(owner)) + ", not " +
+                       engine);
+    }
+  }
+  s.block_size = block_size;
+  if (s.reserve_bytes && s.non_kv_bytes) {
+    throw InputError("--reserve and --non-kv-memory both set the non-KV memory; give one");
+  }
+  if (s.kv_cache_bytes && (s.reserve_bytes || s.non_kv_bytes)) {
+    throw InputError("--kv-cache-memory gives the pool itself; drop --reserve/--non-kv-memory");
+  }
+  return s;
+}
+
+Efficiency parse_efficiency(const std::string& text, const std::string& flag) {
+  Efficiency e;
+  if (text.empty()) {
+    return e;
+  }
+  e.given = true;
+  std::size_t start = 0;
+  std::vector<std::string> seen;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma - start);
+    auto eq = item.find('=');
+    std::string key = item.substr(0, eq);
+    if (eq == std::string::npos || (key != "bw" && key != "flops")) {
+      throw InputError("invalid " + flag + " '" + text +
+                       "': expected bw=F and/or flops=F, e.g. bw=0.85,flops=0.7");
+    }
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      throw InputError(flag + " gives " + key + " twice ('" + text + "'); give it once");
+    }
+    seen.push_back(key);
+    double v = parse_fraction(item.substr(eq + 1), flag + " " + key, 0.0, 1.0);
+    if (v < 0.01) {
+      throw InputError(flag + " " + key + " must be at least 0.01 (1% of the datasheet), got " +
+                       item.substr(eq + 1));
+    }
+    (key == "bw" ? e.bandwidth : e.flops) = v;
+    if (comma == std::string::npos) {
+      break;
+    }
+    start = comma + 1;
+  }
+  return e;
+}
+
+} // namespace kvcalc::cli

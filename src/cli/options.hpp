@@ -1,0 +1,171 @@
+#pragma once
+// The option groups commands share, typed as the command line is read: a command's file adds
+// the groups it reads, with its own defaults, and help shows each group under its heading.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include <kvcalc/core/names.hpp>
+#include <kvcalc/core/units.hpp>
+#include <kvcalc/kv/cache_format.hpp>
+#include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/report/table.hpp>
+
+namespace kvcalc::cli {
+
+/// Help headings, in the order help lists them.
+inline constexpr const char* k_group_model = "Model and cache";
+inline constexpr const char* k_group_deployment = "Deployment";
+inline constexpr const char* k_group_engine = "Engine budget";
+inline constexpr const char* k_group_workload = "Workload";
+inline constexpr const char* k_group_ceilings = "Ceilings";
+inline constexpr const char* k_group_output = "Output";
+
+enum class Format { table, md, json, csv };
+inline constexpr NameTable<Format, 4> k_formats{
+    "format",
+    {{{Format::table, "table"}, {Format::md, "md"}, {Format::json, "json"}, {Format::csv, "csv"}}}};
+inline constexpr NameTable<ByteUnits, 2> k_byte_units{
+    "byte units", {{{ByteUnits::iec, "iec"}, {ByteUnits::si, "si"}}}};
+
+/// The long spelling of an option's flags ("-o,--output" → "--output"), for messages.
+[[nodiscard]] std::string flag_name(const std::string& flags);
+
+/// An option whose text `parse(text, flag)` turns into `target` when the command line is read;
+/// `parse` throws an InputError that names the flag.
+template <class T, class Parse>
+CLI::Option* add_parsed(CLI::App* cmd, const std::string& flags, T& target, Parse parse,
+                        const std::string& help) {
+  std::string flag = flag_name(flags);
+  return cmd->add_option_function<std::string>(
+      flags, [&target, parse, flag](const std::string& text) { target = parse(text, flag); }, help);
+}
+
+/// The validator of a choice: the names of `table` in any case, with a did-you-mean for others;
+/// its description "{a,b,c}" is what help, the man page and completion list.
+template <class E, std::size_t N> CLI::Validator choice_of(const NameTable<E, N>& table) {
+  std::string names;
+  for (const auto& n : table.names()) {
+    names += (names.empty() ? "" : ",") + n;
+  }
+  return CLI::Validator(
+      [&table](std::string& text) {
+        return table.find_any_case(text) ? std::string() : table.unknown(text);
+      },
+      "{" + names + "}");
+}
+
+/// An option naming one value of `table`; help says the default, the current `target`.
+template <class E, std::size_t N>
+CLI::Option* add_choice(CLI::App* cmd, const std::string& flags, E& target,
+                        const NameTable<E, N>& table, const std::string& help) {
+  std::string text = help + " [default: " + std::string(table.name(target)) + "]";
+  return cmd
+      ->add_option_function<std::string>(
+          flags, [&target, &table](const std::string& s) { target = *table.find_any_case(s); },
+          text)
+      ->check(choice_of(table));
+}
+
+/// A comma-separated list of values of `table` ("absorbed,naive").
+template <class E, std::size_t N>
+CLI::Option* add_choice_list(CLI::App* cmd, const std::string& flags, std::vector<E>& target,
+                             const NameTable<E, N>& table, const std::string& help) {
+  std::string defaults;
+  for (E e : target) {
+    defaults += (defaults.empty() ? "" : ",") + std::string(table.name(e));
+  }
+  return cmd
+      ->add_option_function<std::vector<std::string>>(
+          flags,
+          [&target, &table](const std::vector<std::string>& items) {
+            target.clear();
+            for (const auto& s : items) {
+              target.push_back(*table.find_any_case(s));
+            }
+          },
+          help + " [default: " + defaults + "]")
+      ->delimiter(',')
+      ->check(choice_of(table));
+}
+
+/// A token count ("4k"), a list of them, a byte size ("3.81GiB"), a fraction in [0, 1].
+CLI::Option* add_count(CLI::App* cmd, const std::string& flags, u64& target,
+                       const std::string& help);
+CLI::Option* add_count(CLI::App* cmd, const std::string& flags, std::optional<u64>& target,
+                       const std::string& help);
+CLI::Option* add_counts(CLI::App* cmd, const std::string& flags, std::vector<u64>& target,
+                        const std::string& help);
+CLI::Option* add_bytes(CLI::App* cmd, const std::string& flags, std::optional<u64>& target,
+                       const std::string& help);
+
+/// Where a command's result goes and how it looks.
+struct OutputOptions {
+  Format format = Format::table;
+  ByteUnits units = ByteUnits::iec;
+  std::string file; ///< -o; empty: stdout
+};
+void add_output_options(CLI::App* cmd, OutputOptions& o);
+
+/// The cache format asked for: dtype and scales, MLA layout, recurrent state dtypes.
+void add_cache_options(CLI::App* cmd, CacheRequest& c);
+
+/// GPUs and how a model is split over them.
+struct ParallelOptions {
+  std::vector<std::string> gpus; ///< --gpu, a list sweeps; `auto`: a profile's device
+  bool gpu_given = false;        ///< --gpu on the command line (else a profile's own device)
+  std::string gpu_file;
+  std::optional<u64> gpu_count; ///< --gpus; unset: tp × pp
+  std::vector<u64> tps{1};      ///< --tp, a list sweeps
+  bool tp_given = false;
+  u64 pp = 1;
+  u64 ep = 0; ///< 0: tp
+  u64 dcp = 1;
+  bool dp_attention = false;
+  std::optional<DType> weight_dtype;
+  bool mtp = false;
+
+  /// The options of a command whose default --gpu is `gpus` (none: no deployment).
+  [[nodiscard]] static ParallelOptions on(std::vector<std::string> gpus) {
+    ParallelOptions p;
+    p.gpus = std::move(gpus);
+    return p;
+  }
+};
+
+/// What a command models: one step on each GPU (the roofline) or a whole deployment, with its
+/// GPU count, decode context parallel and the MTP module.
+enum class ParallelScope { step, deployment };
+
+/// `measured`: the command takes a --device-profile, so `--gpu auto` (its device) applies.
+void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope, bool measured);
+
+/// The engine whose budget rules apply and its knobs.
+struct EngineOptions {
+  EngineSettings settings;
+  std::vector<std::pair<std::string, Engine>> knobs; ///< engine-specific flags given
+
+  /// The options of a command whose default engine is `engine`.
+  [[nodiscard]] static EngineOptions of(Engine engine) {
+    EngineOptions e;
+    e.settings.engine = engine;
+    return e;
+  }
+};
+void add_engine_options(CLI::App* cmd, EngineOptions& e);
+/// The engine settings, refusing a knob of another engine or knobs that contradict each other.
+[[nodiscard]] EngineSettings engine_settings(const EngineOptions& e, std::optional<u64> block_size);
+
+/// "bw=0.85,flops=0.7" → bandwidth and FLOP/s efficiencies (1 when unset).
+struct Efficiency {
+  double bandwidth = 1;
+  double flops = 1;
+  bool given = false;
+};
+[[nodiscard]] Efficiency parse_efficiency(const std::string& text, const std::string& flag);
+
+} // namespace kvcalc::cli
