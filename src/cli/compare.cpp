@@ -103,9 +103,10 @@ Command setup_compare(CLI::App& app) {
                   "The model ratios are taken against [default: the first]")
       ->type_name("MODEL")
       ->group(k_group_model);
-  add_footprint_options(cmd, args->contexts, args->cache, args->block_size, args->explain);
+  add_footprint_options(cmd, args->contexts, args->cache, args->block_size);
   add_parallel_options(cmd, args->parallel, ParallelScope::deployment, false);
   add_engine_options(cmd, args->engine);
+  add_explain_option(cmd, args->explain);
   add_output_options(cmd, args->output);
   return {cmd,
           [args](std::ostream& out, std::ostream& err) { return run_compare(*args, out, err); }};

@@ -48,7 +48,8 @@ Command setup_footprint(CLI::App& app) {
       app.add_subcommand("footprint", "KV bytes per token, per layer kind and at each context "
                                       "length");
   cmd->add_option("model", args->models, k_models_help)->type_name("MODEL")->required();
-  add_footprint_options(cmd, args->contexts, args->cache, args->block_size, args->explain);
+  add_footprint_options(cmd, args->contexts, args->cache, args->block_size);
+  add_explain_option(cmd, args->explain);
   add_output_options(cmd, args->output);
   return {cmd,
           [args](std::ostream& out, std::ostream& err) { return run_footprint(*args, out, err); }};

@@ -362,7 +362,7 @@ void explain_lines(const Entry& e, std::vector<std::string>& lines) {
 }
 
 void add_footprint_options(CLI::App* cmd, std::vector<u64>& contexts, CacheRequest& cache,
-                           std::optional<u64>& block_size, bool& explain) {
+                           std::optional<u64>& block_size) {
   add_counts(cmd, "--context", contexts,
              "Context lengths in tokens, comma-separated: 4096, 4k (= 4,096), 128k (= 131,072), "
              "1M (= 1,048,576) [default: 4k,32k,128k]")
@@ -374,6 +374,9 @@ void add_footprint_options(CLI::App* cmd, std::vector<u64>& contexts, CacheReque
             "waste [default: no paging]")
       ->type_name("TOKENS")
       ->group(k_group_model);
+}
+
+void add_explain_option(CLI::App* cmd, bool& explain) {
   cmd->add_flag("--explain", explain, "Print the derivation of every number, term by term")
       ->group(k_group_output);
 }

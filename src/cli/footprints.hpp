@@ -22,9 +22,11 @@ struct Entry {
 std::vector<Entry> footprint_entries(const std::vector<std::string>& specs,
                                      const FootprintOptions& options,
                                      std::vector<std::string>& warnings);
-/// The options `footprint` and `compare` share: the contexts, the cache, paging, --explain.
+/// The options `footprint` and `compare` share: the contexts, the cache, paging.
 void add_footprint_options(CLI::App* cmd, std::vector<u64>& contexts, CacheRequest& cache,
-                           std::optional<u64>& block_size, bool& explain);
+                           std::optional<u64>& block_size);
+/// --explain, the first of their output options.
+void add_explain_option(CLI::App* cmd, bool& explain);
 /// One model's JSON: its cache, groups and contexts; ratios to `base` when given; its capacity
 /// (compare --gpu); the derivation with `explain`.
 Json entry_json(const Entry& e, const Entry* base, bool explain);

@@ -268,6 +268,63 @@ std::string man_page(CLI::App& app) {
 
 namespace {
 
+/// A description's trailing "[default: X]", split off: {meaning, default}.
+std::pair<std::string, std::string> split_default(const std::string& description) {
+  const std::string marker = " [default: ";
+  auto at = description.rfind(marker);
+  if (at == std::string::npos || description.back() != ']') {
+    return {description, ""};
+  }
+  return {description.substr(0, at),
+          description.substr(at + marker.size(), description.size() - at - marker.size() - 1)};
+}
+
+/// Text for a Markdown table cell: pipes escaped.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += c == '|' ? "\\|" : std::string(1, c);
+  }
+  return out;
+}
+
+} // namespace
+
+std::string options_markdown(CLI::App& app) {
+  std::ostringstream s;
+  for (CLI::App* c : commands(app)) {
+    s << "### `kvcalc " << c->get_name() << "`\n";
+    std::vector<std::string> groups;
+    for (CLI::Option* o : options(*c)) {
+      if (!o->get_positional() && !o->get_group().empty() &&
+          std::find(groups.begin(), groups.end(), o->get_group()) == groups.end()) {
+        groups.push_back(o->get_group());
+      }
+    }
+    for (const auto& group : groups) {
+      s << "\n" << group << ":\n\n| option | values | default | meaning |\n|---|---|---|---|\n";
+      for (CLI::Option* o : options(*c)) {
+        if (o->get_positional() || o->get_group() != group) {
+          continue;
+        }
+        std::string names;
+        for (const auto& sp : spellings(o)) {
+          names += (names.empty() ? "`" : ", `") + sp + "`";
+        }
+        bool takes_value = o->get_expected_max() > 0 && !o->get_type_name().empty();
+        auto [meaning, default_value] = split_default(o->get_description());
+        s << "| " << names << " | " << (takes_value ? cell(value_name(o)) : "flag") << " | "
+          << (default_value.empty() ? (takes_value ? "—" : "off") : cell(default_value)) << " | "
+          << cell(meaning) << " |\n";
+      }
+    }
+    s << "\n";
+  }
+  return s.str();
+}
+
+namespace {
+
 /// `text` to stdout, or to -o FILE.
 int print_or_write(const std::string& text, const std::string& file, std::ostream& out) {
   if (file.empty()) {
@@ -296,13 +353,17 @@ Command setup_completion(CLI::App& app) {
 
 Command setup_man(CLI::App& app) {
   auto file = std::make_shared<std::string>();
-  CLI::App* cmd =
-      app.add_subcommand("man", "Print the man page (roff) generated from these options");
+  auto markdown = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "man", "Print the man page (roff) generated from these options, or their Markdown tables");
+  cmd->add_flag("--markdown", *markdown,
+                "Every command's options as Markdown tables by help group (docs/cli.md's)")
+      ->group(k_group_output);
   cmd->add_option("-o,--output", *file, "Write it to FILE instead of stdout")
       ->type_name("FILE")
       ->group(k_group_output);
-  return {cmd, [&app, file](std::ostream& out, std::ostream&) {
-            return print_or_write(man_page(app), *file, out);
+  return {cmd, [&app, file, markdown](std::ostream& out, std::ostream&) {
+            return print_or_write(*markdown ? options_markdown(app) : man_page(app), *file, out);
           }};
 }
 

@@ -19,4 +19,8 @@ namespace kvcalc::cli {
 /// and values, the exit codes.
 [[nodiscard]] std::string man_page(CLI::App& app);
 
+/// The options of every command as Markdown tables, one section per command and a table per
+/// help group (option, values, default, meaning): the tables of docs/cli.md.
+[[nodiscard]] std::string options_markdown(CLI::App& app);
+
 } // namespace kvcalc::cli

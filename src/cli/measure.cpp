@@ -210,18 +210,6 @@ Command setup_measure(CLI::App& app) {
           },
           "{auto,cpu,cuda,fake}"))
       ->group(k_group_ceilings);
-  cmd->add_option("--profile", args->profile,
-                  "Write the device profile YAML to FILE (what --device-profile reads)")
-      ->type_name("FILE")
-      ->group(k_group_output);
-  cmd->add_option_function<std::string>(
-         "--out",
-         [](const std::string&) {
-           throw InputError("--out is now --profile FILE (the device profile); -o/--output is "
-                            "where the report goes");
-         },
-         "")
-      ->group("");
   cmd->add_option("--heads", args->heads,
                   "Query heads of the MLA kernels, comma-separated [default: cpu 1,16 (--quick "
                   "1,8); cuda 16,128 (--quick 16)]")
@@ -240,6 +228,18 @@ Command setup_measure(CLI::App& app) {
       ->group(k_group_workload);
   cmd->add_flag("--quick", args->quick, "Smaller probes and kernels: a few seconds")
       ->group(k_group_workload);
+  cmd->add_option("--profile", args->profile,
+                  "Write the device profile YAML to FILE (what --device-profile reads)")
+      ->type_name("FILE")
+      ->group(k_group_output);
+  cmd->add_option_function<std::string>(
+         "--out",
+         [](const std::string&) {
+           throw InputError("--out is now --profile FILE (the device profile); -o/--output is "
+                            "where the report goes");
+         },
+         "")
+      ->group("");
   add_output_options(cmd, args->output);
   return {cmd, [args](std::ostream& out, std::ostream& err) {
             return run_measure_command(*args, out, err);

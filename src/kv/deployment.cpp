@@ -47,10 +47,22 @@ Deployment resolve_deployment(const Model& m, const Parallelism& asked,
                      group_digits(p.gpus) + (p.gpus == 1 ? " GPU" : " GPUs") +
                      " of the deployment (--gpus, else tp × pp)");
   }
+  u64 attention_tp = p.dp_attention ? 1 : p.tp;
+  if (has_attention(m)) {
+    for (const Attention* a :
+         {&m.attention, m.sliding_attention ? &*m.sliding_attention : nullptr}) {
+      if (a != nullptr && a->heads % attention_tp != 0) {
+        throw InputError(m.name + ": " + group_digits(a->heads) +
+                         " query heads cannot be split over tensor parallel " +
+                         group_digits(attention_tp) +
+                         " (engines need tp to divide them); use a tp that divides them");
+      }
+    }
+  }
   Deployment d;
   d.parallel = p;
   d.replicas = p.gpus / copy;
-  d.attention_tp = p.dp_attention ? 1 : p.tp;
+  d.attention_tp = attention_tp;
   d.kv_pools = checked_mul(d.replicas, p.dp_attention ? p.tp : 1);
   d.weight_dtype = weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
   return d;

@@ -442,4 +442,8 @@ TEST_CASE("a deployment is checked once and its counts derived", "[capacity][dep
                     Catch::Contains("--ep 16 shards the experts over more GPUs than the 8 GPUs"));
   CHECK_THROWS_WITH(resolve_deployment(v3, {0, 0, 1, 0, 1, false}, std::nullopt),
                     Catch::Contains("at least 1"));
+  // 128 query heads over tp 3; with dp-attention each rank holds all heads.
+  CHECK_THROWS_WITH(resolve_deployment(v3, {0, 3, 1, 0, 1, false}, std::nullopt),
+                    Catch::Contains("128 query heads cannot be split over tensor parallel 3"));
+  CHECK(resolve_deployment(v3, {0, 3, 1, 0, 1, true}, std::nullopt).attention_tp == 1);
 }

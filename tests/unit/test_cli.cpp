@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <kvcalc/cli/app.hpp>
@@ -284,4 +286,47 @@ TEST_CASE("the bash completion and the man page come from the option definitions
   CHECK(man.out.find(".B \\-\\-format \\fItable|md|json|csv\\fR") != std::string::npos);
   CHECK(man.out.find(".SH EXIT STATUS") != std::string::npos);
   CHECK_THROWS_AS(cli({"completion", "fish"}), kvcalc::InputError);
+}
+
+TEST_CASE("docs/cli.md's option tables are the commands' own definitions", "[cli][docs]") {
+  Run man = cli({"man", "--markdown"});
+  REQUIRE(man.code == 0);
+  // One section per command: "### `kvcalc NAME`" and its tables.
+  std::map<std::string, std::string> sections;
+  const std::string heading = "### `kvcalc ";
+  for (std::size_t at = man.out.find(heading); at != std::string::npos;) {
+    std::size_t name_end = man.out.find('`', at + heading.size());
+    std::string name = man.out.substr(at + heading.size(), name_end - at - heading.size());
+    std::size_t next = man.out.find(heading, name_end);
+    std::size_t body = man.out.find('\n', name_end) + 1;
+    std::string text =
+        man.out.substr(body, (next == std::string::npos ? man.out.size() : next) - body);
+    while (!text.empty() && text.front() == '\n') {
+      text.erase(0, 1);
+    }
+    while (!text.empty() && text.back() == '\n') {
+      text.pop_back();
+    }
+    sections[name] = text;
+    at = next;
+  }
+  REQUIRE(sections.size() == 12);
+  const std::filesystem::path path = std::filesystem::path(KVCALC_SOURCE_DIR) / "docs/cli.md";
+  std::string doc = slurp(path);
+  std::string wanted = doc;
+  for (const auto& [name, text] : sections) {
+    INFO(name);
+    const std::string open = "<!-- options: " + name + " -->\n";
+    const std::string close = "<!-- end options -->";
+    std::size_t start = wanted.find(open);
+    REQUIRE(start != std::string::npos); // every command has its block
+    std::size_t end = wanted.find(close, start);
+    REQUIRE(end != std::string::npos);
+    wanted.replace(start + open.size(), end - start - open.size(), text + "\n");
+  }
+  if (std::getenv("KVCALC_UPDATE_GOLDEN") != nullptr && wanted != doc) {
+    std::ofstream(path, std::ios::binary) << wanted;
+    doc = wanted;
+  }
+  CHECK(doc == wanted); // regenerate with KVCALC_UPDATE_GOLDEN=1
 }
