@@ -11,7 +11,12 @@
 
 namespace kvcalc::kernels::cuda {
 
+/// Throws for a failed CUDA call. The runtime's last-error state is reset first
+/// (cudaGetLastError), so the failure is reported once, here, and not again by the next checked
+/// launch or call. A sticky error (a fault inside a kernel) cannot be reset: every later call
+/// reports it, as it must, since the context is lost.
 [[noreturn]] inline void throw_cuda(cudaError_t e, const char* call, const char* file, int line) {
+  static_cast<void>(cudaGetLastError());
   throw std::runtime_error(std::string("CUDA call failed: ") + call + " at " + file + ":" +
                            std::to_string(line) + ": " + cudaGetErrorName(e) + " (" +
                            cudaGetErrorString(e) + ")");
