@@ -115,7 +115,7 @@ public:
 
 private:
   struct State;
-  std::unique_ptr<State> m;
+  std::unique_ptr<State> m_state;
 };
 
 } // namespace kvcalc::kernels::cuda

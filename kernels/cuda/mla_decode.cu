@@ -262,7 +262,7 @@ bool MlaDecodeCuda::wgmma_supported() {
 
 MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed, AbsorbedKernel kernel,
                              int splits)
-    : m(std::make_unique<State>()) {
+    : m_state(std::make_unique<State>()) {
   if (shape.d_c != k_latent || shape.d_r != k_key - k_latent || shape.d_nope != 128 ||
       shape.d_v != 128) {
     throw std::invalid_argument("MLA decode on CUDA: the kernels are built for DeepSeek's "
@@ -286,7 +286,7 @@ MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed, Absorbed
                                 "capability 9.0 GPU and a build with sm_90a code "
                                 "(CMAKE_CUDA_ARCHITECTURES including 90a)");
   }
-  State& s = *m;
+  State& s = *m_state;
   s.shape = shape;
   s.seed = seed;
   s.kernel = kernel;
@@ -424,11 +424,11 @@ MlaDecodeCuda::MlaDecodeCuda(const MlaShape& shape, std::uint64_t seed, Absorbed
 MlaDecodeCuda::~MlaDecodeCuda() = default;
 
 int MlaDecodeCuda::splits() const {
-  return m->splits;
+  return m_state->splits;
 }
 
 MlaInputs MlaDecodeCuda::first_sequence() const {
-  const State& s = *m;
+  const State& s = *m_state;
   MlaShape shape = s.shape;
   shape.batch = 1;
   MlaInputs in;
@@ -458,15 +458,16 @@ MlaInputs MlaDecodeCuda::first_sequence() const {
 }
 
 std::vector<float> MlaDecodeCuda::output() const {
-  std::vector<std::uint16_t> bits(m->out.size());
-  KVCALC_CUDA_CHECK(cudaMemcpy(bits.data(), m->out.get(), m->out.bytes(), cudaMemcpyDeviceToHost));
+  std::vector<std::uint16_t> bits(m_state->out.size());
+  KVCALC_CUDA_CHECK(
+      cudaMemcpy(bits.data(), m_state->out.get(), m_state->out.bytes(), cudaMemcpyDeviceToHost));
   std::vector<float> out(bits.size());
   std::transform(bits.begin(), bits.end(), out.begin(), bf16_bits_to_float);
   return out;
 }
 
-MlaRunTimes MlaDecodeCuda::run(bool naive, bool flush) {
-  State& s = *m;
+MlaRunTimes MlaDecodeCuda::run(bool naive, bool flush_l2) {
+  State& s = *m_state;
   const int B = static_cast<int>(s.shape.batch);
   const int H = static_cast<int>(s.shape.heads);
   const int S = static_cast<int>(s.shape.query);
@@ -474,8 +475,8 @@ MlaRunTimes MlaDecodeCuda::run(bool naive, bool flush) {
   const float one = 1.0f;
   const float zero = 0.0f;
   KVCALC_CUDA_CHECK(cudaMemset(s.out.get(), 0xFF, s.out.bytes())); // NaN until written
-  if (flush) {
-    flush_l2();
+  if (flush_l2) {
+    cuda::flush_l2();
   }
   std::vector<std::unique_ptr<Event>> events;
   std::vector<std::string> names;
