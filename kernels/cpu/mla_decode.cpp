@@ -1,4 +1,4 @@
-#include "mla_decode.hpp"
+#include <kvcalc/kernels/cpu/mla_decode.hpp>
 
 #include <algorithm>
 #include <cmath>

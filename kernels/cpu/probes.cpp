@@ -1,4 +1,4 @@
-#include "probes.hpp"
+#include <kvcalc/kernels/cpu/probes.hpp>
 
 #include "simd.hpp"
 #include "thread_pool.hpp"

@@ -1,7 +1,8 @@
 // Device queries and shared helpers of the CUDA kernels.
 
+#include <kvcalc/kernels/cuda/cuda_kernels.hpp>
+
 #include "cuda_check.cuh"
-#include "cuda_kernels.hpp"
 
 #include <algorithm>
 #include <vector>

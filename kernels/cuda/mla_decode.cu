@@ -2,8 +2,9 @@
 // for the projections and the naive path's GEMMs, mla_attention.cuh (or, on Hopper,
 // mla_attention_wgmma.cuh) for the absorbed core.
 
+#include <kvcalc/kernels/cuda/cuda_kernels.hpp>
+
 #include "cuda_check.cuh"
-#include "cuda_kernels.hpp"
 #include "mla_attention.cuh"
 #include "mla_attention_wgmma.cuh"
 #include "mla_values.hpp"

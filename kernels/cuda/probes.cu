@@ -1,7 +1,8 @@
 // Roofline probes on the GPU: STREAM-style bandwidth, an FMA loop, cuBLAS GEMMs.
 
+#include <kvcalc/kernels/cuda/cuda_kernels.hpp>
+
 #include "cuda_check.cuh"
-#include "cuda_kernels.hpp"
 #include "mla_values.hpp"
 
 #include <cuda_bf16.h>

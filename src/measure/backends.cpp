@@ -11,9 +11,9 @@
 #include <string>
 #include <thread>
 
-#include <cpu/mla_decode.hpp>
-#include <cpu/probes.hpp>
 #include <fmt/format.h>
+#include <kvcalc/kernels/cpu/mla_decode.hpp>
+#include <kvcalc/kernels/cpu/probes.hpp>
 
 #include <kvcalc/core/error.hpp>
 

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include <cpu/mla_decode.hpp>
+#include <kvcalc/kernels/cpu/mla_decode.hpp>
 
 #include <kvcalc/measure/measure.hpp>
 

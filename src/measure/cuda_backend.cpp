@@ -8,8 +8,8 @@
 #include <optional>
 #include <stdexcept>
 
-#include <cuda/cuda_kernels.hpp>
 #include <fmt/format.h>
+#include <kvcalc/kernels/cuda/cuda_kernels.hpp>
 
 #include <kvcalc/core/error.hpp>
 

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include <cpu/mla_decode.hpp>
-#include <cpu/probes.hpp>
-#include <cuda/cuda_kernels.hpp>
+#include <kvcalc/kernels/cpu/mla_decode.hpp>
+#include <kvcalc/kernels/cpu/probes.hpp>
+#include <kvcalc/kernels/cuda/cuda_kernels.hpp>
 
 using namespace kvcalc::kernels;
 

@@ -6,7 +6,7 @@
 
 #include <iostream>
 
-#include <cuda/cuda_kernels.hpp>
+#include <kvcalc/kernels/cuda/cuda_kernels.hpp>
 
 int main(int argc, char* argv[]) {
   if (kvcalc::kernels::cuda::device_count() == 0) {

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <stdexcept>
 
-#include <cpu/mla_decode.hpp>
-#include <cuda/cuda_kernels.hpp>
+#include <kvcalc/kernels/cpu/mla_decode.hpp>
+#include <kvcalc/kernels/cuda/cuda_kernels.hpp>
 
 #include <kvcalc/measure/measure.hpp>
 

@@ -9,11 +9,13 @@
 
 #include <sys/resource.h>
 
-#include <cpu/attention_tiles.hpp>
-#include <cpu/mla_decode.hpp>
-#include <cpu/probes.hpp>
-#include <cpu/thread_pool.hpp>
-#include <cuda/mla_values.hpp>
+#include <kvcalc/kernels/cpu/mla_decode.hpp>
+#include <kvcalc/kernels/cpu/probes.hpp>
+
+// Private to the kernels, tested here directly.
+#include "../../kernels/cpu/attention_tiles.hpp"
+#include "../../kernels/cpu/thread_pool.hpp"
+#include "../../kernels/cuda/mla_values.hpp"
 
 using namespace kvcalc::kernels;
 

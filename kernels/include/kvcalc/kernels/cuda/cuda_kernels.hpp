@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <cpu/mla_decode.hpp>
-#include <cpu/probes.hpp>
+#include <kvcalc/kernels/cpu/mla_decode.hpp>
+#include <kvcalc/kernels/cpu/probes.hpp>
 
 namespace kvcalc::kernels::cuda {
 
