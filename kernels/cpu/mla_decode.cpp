@@ -300,8 +300,9 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
         tiles::online_softmax_rows(scores.data(), s.block, rows, tokens, part.maximum.data(),
                                    part.sum.data(), rescale.data());
         // The next page is fetched during the weighted sum, not the scores: the scores pass
-        // waits on this page's misses, and fetches queued behind them were lost (on this
-        // development VM, fetching in the weighted sum instead ran one head 14% faster).
+        // waits on this page's own misses and fetches queued behind them are lost, while the
+        // weighted sum reads the page from the L2 and leaves the misses free (the measurements
+        // are in docs/performance.md, "`kvcalc measure` on the CPU").
         tiles::weighted_sum(tiles::Weights{scores.data(), 1, s.block}, rescale.data(), rows, page,
                             tokens, s.d_c, part.o_lat.data(), s.d_c, next,
                             next != nullptr ? s.block * latent * sizeof(Bf16) : 0);
@@ -350,8 +351,9 @@ void mla_decode_naive(const MlaInputs& in, MlaOutput& out, unsigned threads) {
           in.q.data() + d.row(b, si, h) * static_cast<std::uint64_t>(qk), qk);
     }
     // Gathered and decompressed a chunk of the context at a time, with an online softmax across
-    // chunks, so the latent rows, K and V stay in the cache whatever the context (whole
-    // sequences at a time ran at a quarter of the GEMM rate at 32k tokens on the development VM).
+    // chunks, so the latent rows, K and V stay in the cache whatever the context: a whole long
+    // sequence at a time outgrows the caches and its GEMMs fall far below the GEMM rate
+    // (docs/performance.md, "`kvcalc measure` on the CPU").
     Eigen::VectorXf peak = Eigen::VectorXf::Constant(S, -INFINITY);
     Eigen::VectorXf total = Eigen::VectorXf::Zero(S);
     RowMatrix o = RowMatrix::Zero(S, dv);

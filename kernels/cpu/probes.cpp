@@ -89,8 +89,8 @@ BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned thread
     double read = timed_parallel(threads, [&](unsigned t) {
       auto [lo, hi] = range(t);
       // Independent vector sums, so the loop issues one load per vector and never waits on an
-      // addition chain: a scalar loop tops out near 35 GB/s per core, under what one server core
-      // streams from DRAM.
+      // addition chain: a scalar loop is instruction-bound on a fast core and reads less than the
+      // core streams from DRAM (docs/performance.md, "`kvcalc measure` on the CPU").
       simd::Vec acc[k_read_chains] = {};
       std::uint64_t i = lo;
       for (; i + k_group <= hi; i += k_group) {

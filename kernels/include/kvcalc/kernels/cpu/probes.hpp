@@ -36,8 +36,9 @@ struct BandwidthResult {
 /// Makes this process keep the memory it frees, up to 32 MiB a block (glibc's malloc: fixed
 /// mmap and trim thresholds instead of adaptive ones; elsewhere a no-op), so a kernel called
 /// again reuses its buffers instead of faulting in fresh pages. Without it, whether a call's
-/// buffers are fresh depends on the largest block freed before: after a 512² GEMM probe, the
-/// naive kernel at one head, batch 2, 1k tokens ran 8× slower than after a 1024² one.
+/// buffers are fresh depends on the largest block freed before, so the same kernel call can
+/// run several times slower after a small GEMM probe than after a large one
+/// (docs/performance.md, "`kvcalc measure` on the CPU").
 void keep_freed_memory();
 
 /// Bytes of the last-level cache (sysfs), or 32 MiB when the system does not say.
