@@ -7,8 +7,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include <sys/resource.h>
-
 #include <kvcalc/kernels/cpu/mla_decode.hpp>
 #include <kvcalc/kernels/cpu/probes.hpp>
 
@@ -18,15 +16,6 @@
 #include "../../kernels/cuda/mla_values.hpp"
 
 using namespace kvcalc::kernels;
-
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KVCALC_CLANG_ASAN 1
-#endif
-#endif
-#if !defined(KVCALC_CLANG_ASAN)
-#define KVCALC_CLANG_ASAN 0
-#endif
 
 namespace {
 
@@ -295,34 +284,6 @@ TEST_CASE("the read probe sums every element of its array", "[kernels][probes]")
     // triad after it: 1 + 0.5 · 0.5).
     CHECK(bw.checksum == static_cast<double>(n) + 1.0 + 1.25);
   }
-}
-
-TEST_CASE("freed buffers are reused, not faulted in again", "[kernels][probes]") {
-#if defined(__SANITIZE_ADDRESS__) || KVCALC_CLANG_ASAN
-  WARN("the sanitizer's allocator maps and unmaps large blocks itself: not checked here");
-#elif !defined(__GLIBC__)
-  WARN("keep_freed_memory acts on glibc's malloc only: not checked here");
-#else
-  keep_freed_memory();
-  auto faults = [] {
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    return usage.ru_minflt;
-  };
-  auto touch = [](std::size_t bytes) {
-    std::vector<char> block(bytes);                    // zero-filled: every page written
-    asm volatile("" : : "r"(block.data()) : "memory"); // and not elided by the compiler
-    return block[bytes / 2];
-  };
-  constexpr std::size_t k_bytes = 16 << 20; // over glibc's adaptive thresholds, under the fixed
-  char kept = touch(k_bytes);
-  long before = faults();
-  kept = static_cast<char>(kept + touch(k_bytes));
-  long after = faults();
-  CHECK(kept == 0);
-  // A fresh 16 MiB block faults in 4096 pages of 4 KiB.
-  CHECK(after - before < 256);
-#endif
 }
 
 TEST_CASE("the CUDA test data generator is reproducible bf16 with the asked variance",
