@@ -183,9 +183,14 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("measure: --backend cuda without a usable GPU is a clear usage error", "[cli][measure]") {
+TEST_CASE(
+    "measure: --backend cuda is a clear usage error without a usable GPU, auto's pick with one",
+    "[cli][measure]") {
   if (kvcalc::cuda_device_present()) {
-    SUCCEED("a CUDA device is visible: the device tests cover this backend");
+    // A GPU is visible, so the build has CUDA: cuda is accepted and auto chooses it.
+    CHECK(kvcalc::cuda_backend_built());
+    CHECK(kvcalc::make_measure_backend("cuda")->name() == "cuda");
+    CHECK(kvcalc::make_measure_backend("auto")->name() == "cuda");
     return;
   }
   std::string want = kvcalc::cuda_backend_built() ? "no CUDA device is visible"
