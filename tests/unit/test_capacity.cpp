@@ -79,12 +79,31 @@ TEST_CASE("vLLM anchor: gpt-oss-120b hybrid groups", "[capacity][vllm]") {
 // Gemma-3-27B on one H200, vLLM defaults: 10 full + 52 sliding (W = 1,024) layers give group
 // size 10: 1 full group and 6 sliding groups. At 32k with 8,192 batched tokens a request needs
 // 2,048 + 6 x (cdiv(1,023 + 8,192, 16) + 1) = 2,048 + 6 x 577 = 5,510 blocks.
+// The pool (H200: 150,754,820,096 B; h 5,376, 62 layers, 32 heads and 16 KV heads of 128,
+// I 21,504, V 262,208 tied):
+//   requested = floor(150,754,820,096 x 0.9) = 135,679,338,086
+//   weights = 2 B x (262,208 x 5,376 + 62 x (2 x 5,376 x 4,096 + 2 x 5,376 x 2,048
+//             + 3 x 5,376 x 21,504 + 4 x 5,376 + 2 x 128) + 5,376)
+//           = 2 x 27,009,346,304 = 54,018,692,608
+//   reserve = 8,192 x (4 x 5,376 + 2 x 21,504) x 2 B + 1,024 x 262,208 x 4 B + 512 MiB
+//           = 1,056,964,608 + 1,074,003,968 + 536,870,912 = 2,667,839,488
+//   pool = 135,679,338,086 - 54,018,692,608 - 2,667,839,488 = 78,992,805,990
+//   page = 16 x 2 x 16 x 128 x 2 B = 131,072 (full and sliding alike)
+//   num_blocks = 78,992,805,990 // 131,072 // 10 = 602,667 // 10 = 60,266
+//   tokens = 60,266 // 7 groups x 16 = 137,744; concurrency 60,266 / 5,510 = 10.94;
+//   whole requests (60,266 - 1) // 5,510 = 10.
 TEST_CASE("vLLM groups for 5:1 local:global layers", "[capacity][vllm]") {
   CapacityResult r = compute_capacity(request(zoo("gemma-3-27b"), "h200", Engine::vllm, {32768}));
   CHECK(r.max_batched_tokens == 8192);
   CHECK(r.contexts[0].blocks_per_sequence == 5510);
-  CHECK(r.kv_tokens == r.num_blocks / 7 * 16);
-  CHECK(r.contexts[0].max_concurrency == Approx(static_cast<double>(r.num_blocks) / 5510));
+  CHECK(r.budget_bytes == 135679338086ULL);
+  CHECK(r.weights_bytes_per_gpu == 54018692608ULL);
+  CHECK(r.other_non_kv_bytes_per_gpu == 2667839488ULL);
+  CHECK(r.kv_pool_bytes_per_gpu == 78992805990ULL);
+  CHECK(r.num_blocks == 60266);
+  CHECK(r.kv_tokens == 137744);
+  CHECK(r.contexts[0].max_concurrency == Approx(60266.0 / 5510));
+  CHECK(r.contexts[0].max_sequences == 10);
 }
 
 // The whole vLLM budget, by hand, for Llama-3.1-8B on an RTX 3090 (24 GiB = 25,769,803,776 B):
@@ -187,8 +206,8 @@ TEST_CASE("TensorRT-LLM takes a hybrid's states off the budget first",
   h.engine.kv_cache_bytes = 20ULL << 30;
   h.engine.max_seqs = 64;
   CapacityResult r = compute_capacity(h);
-  CHECK(r.kv_tokens == (21474836480ULL - 65ULL * 102137856) / 16384);
-  CHECK(r.num_blocks == r.kv_tokens / 32);
+  CHECK(r.kv_tokens == 905510);
+  CHECK(r.num_blocks == 28297);
   CHECK(r.state_slots == 64);
   CHECK(r.contexts[0].max_sequences == 64); // 3,536 sequences' blocks, 64 state slots
 }
