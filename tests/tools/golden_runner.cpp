@@ -14,8 +14,11 @@
 //   ...
 //   --- stderr
 //   ...
+// `args:`, `exit:`, `--- stdout` and `--- stderr` are mandatory, once each, in that order for the
+// two sections (either may be empty); a case without one is refused, never read as empty.
 
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -44,28 +47,84 @@ struct Result {
   std::string err;
 };
 
+/// The exit code of an `exit:` line's value: a number from 0 to 255, spaces around it allowed.
+int parse_exit_code(const std::string& text, const std::string& where) {
+  std::size_t first = text.find_first_not_of(' ');
+  std::size_t last = text.find_last_not_of(' ');
+  int code = -1;
+  if (first != std::string::npos) {
+    const char* begin = text.data() + first;
+    const char* end = text.data() + last + 1;
+    auto [ptr, ec] = std::from_chars(begin, end, code);
+    if (ec != std::errc() || ptr != end) {
+      code = -1;
+    }
+  }
+  if (code < 0 || code > 255) {
+    throw std::runtime_error(where + ": 'exit:' needs an exit code from 0 to 255, not '" + text +
+                             "'");
+  }
+  return code;
+}
+
 Case read_case(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
     throw std::runtime_error("cannot open " + path);
   }
   Case c;
+  bool has_args = false;
+  bool has_exit = false;
+  bool has_out = false;
+  bool has_err = false;
   std::string line;
   std::string* section = nullptr;
-  while (std::getline(in, line)) {
-    if (line == "--- stdout") {
-      section = &c.out;
-    } else if (line == "--- stderr") {
-      section = &c.err;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const std::string where = path + ":" + std::to_string(number);
+    if (line == "--- stdout" || line == "--- stderr") {
+      bool out = line == "--- stdout";
+      if (out ? has_out : has_err) {
+        throw std::runtime_error(where + ": a second '" + line + "' header");
+      }
+      if (out && has_err) {
+        throw std::runtime_error(where + ": '--- stdout' must come before '--- stderr'");
+      }
+      (out ? has_out : has_err) = true;
+      section = out ? &c.out : &c.err;
     } else if (section != nullptr) {
       *section += line + '\n';
     } else if (line.rfind("args:", 0) == 0) {
+      if (has_args) {
+        throw std::runtime_error(where + ": a second 'args:' line");
+      }
+      has_args = true;
       c.args = line.substr(5);
     } else if (line.rfind("exit:", 0) == 0) {
-      c.exit_code = std::stoi(line.substr(5));
+      if (has_exit) {
+        throw std::runtime_error(where + ": a second 'exit:' line");
+      }
+      has_exit = true;
+      c.exit_code = parse_exit_code(line.substr(5), where);
     } else {
       c.header += line + '\n';
     }
+  }
+  std::vector<std::string> missing;
+  for (auto [present, what] :
+       {std::pair{has_args, "an 'args:' line"}, std::pair{has_exit, "an 'exit:' line"},
+        std::pair{has_out, "a '--- stdout' header"}, std::pair{has_err, "a '--- stderr' header"}}) {
+    if (!present) {
+      missing.emplace_back(what);
+    }
+  }
+  if (!missing.empty()) {
+    std::string list = missing.front();
+    for (std::size_t i = 1; i < missing.size(); ++i) {
+      list += (i + 1 == missing.size() ? " and " : ", ") + missing[i];
+    }
+    throw std::runtime_error(path + ": the case lacks " + list +
+                             " (every case has args:, exit:, then '--- stdout' and '--- stderr', "
+                             "either section possibly empty: tests/golden/README.md)");
   }
   return c;
 }
