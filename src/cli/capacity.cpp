@@ -318,7 +318,7 @@ Command setup_capacity(CLI::App& app) {
       ->group(k_group_ceilings);
   cmd->add_flag("--explain", args->explain, "Print the budget, step by step")
       ->group(k_group_output);
-  add_output_options(cmd, args->output);
+  add_output_options(cmd, args->output, ScaledBytes::yes);
   return {cmd,
           [args](std::ostream& out, std::ostream& err) { return run_capacity(*args, out, err); }};
 }

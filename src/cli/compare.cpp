@@ -107,7 +107,7 @@ Command setup_compare(CLI::App& app) {
   add_parallel_options(cmd, args->parallel, ParallelScope::deployment, false);
   add_engine_options(cmd, args->engine);
   add_explain_option(cmd, args->explain);
-  add_output_options(cmd, args->output);
+  add_output_options(cmd, args->output, ScaledBytes::yes);
   return {cmd,
           [args](std::ostream& out, std::ostream& err) { return run_compare(*args, out, err); }};
 }

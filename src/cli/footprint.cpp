@@ -50,7 +50,7 @@ Command setup_footprint(CLI::App& app) {
   cmd->add_option("model", args->models, k_models_help)->type_name("MODEL")->required();
   add_footprint_options(cmd, args->contexts, args->cache, args->block_size);
   add_explain_option(cmd, args->explain);
-  add_output_options(cmd, args->output);
+  add_output_options(cmd, args->output, ScaledBytes::yes);
   return {cmd,
           [args](std::ostream& out, std::ostream& err) { return run_footprint(*args, out, err); }};
 }

@@ -76,7 +76,7 @@ Command setup_gpus(CLI::App& app) {
   cmd->add_option("--gpu-file", args->gpu_file, "Add the GPUs of your own catalog YAML")
       ->type_name("FILE")
       ->group(k_group_deployment);
-  add_output_options(cmd, args->output);
+  add_output_options(cmd, args->output, ScaledBytes::yes);
   return {cmd, [args](std::ostream& out, std::ostream& err) { return run_gpus(*args, out, err); }};
 }
 

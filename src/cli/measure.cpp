@@ -240,7 +240,7 @@ Command setup_measure(CLI::App& app) {
          },
          "")
       ->group("");
-  add_output_options(cmd, args->output);
+  add_output_options(cmd, args->output, ScaledBytes::no);
   return {cmd, [args](std::ostream& out, std::ostream& err) {
             return run_measure_command(*args, out, err);
           }};

@@ -77,7 +77,7 @@ int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& err) {
 Command setup_models(CLI::App& app) {
   auto args = std::make_shared<ModelsArgs>();
   CLI::App* cmd = app.add_subcommand("models", "List the bundled models, one line each");
-  add_output_options(cmd, args->output);
+  add_output_options(cmd, args->output, ScaledBytes::no);
   return {cmd,
           [args](std::ostream& out, std::ostream& err) { return run_models(*args, out, err); }};
 }

@@ -31,12 +31,14 @@ CLI::Option* add_bytes(CLI::App* cmd, const std::string& flags, std::optional<u6
   return add_parsed(cmd, flags, target, parse_bytes, help)->type_name("BYTES");
 }
 
-void add_output_options(CLI::App* cmd, OutputOptions& o) {
+void add_output_options(CLI::App* cmd, OutputOptions& o, ScaledBytes scaled) {
   add_choice(cmd, "--format", o.format, k_formats, "Output format")->group(k_group_output);
-  add_choice(cmd, "--units", o.units, k_byte_units,
-             "Byte units for people: iec (KiB, MiB, GiB: powers of 1024) or si (kB, MB, GB: "
-             "powers of 1000); JSON and CSV always carry exact bytes")
-      ->group(k_group_output);
+  if (scaled == ScaledBytes::yes) {
+    add_choice(cmd, "--units", o.units, k_byte_units,
+               "Byte units for people: iec (KiB, MiB, GiB: powers of 1024) or si (kB, MB, GB: "
+               "powers of 1000); JSON and CSV always carry exact bytes")
+        ->group(k_group_output);
+  }
   cmd->add_option("-o,--output", o.file, "Write the result to FILE instead of stdout")
       ->type_name("FILE")
       ->group(k_group_output);

@@ -109,7 +109,9 @@ struct OutputOptions {
   ByteUnits units = ByteUnits::iec;
   std::string file; ///< -o; empty: stdout
 };
-void add_output_options(CLI::App* cmd, OutputOptions& o);
+/// Whether a command's tables show bytes scaled for people, which --units chooses.
+enum class ScaledBytes { no, yes };
+void add_output_options(CLI::App* cmd, OutputOptions& o, ScaledBytes scaled);
 
 /// The cache format asked for: dtype and scales, MLA layout, recurrent state dtypes.
 void add_cache_options(CLI::App* cmd, CacheRequest& c);

@@ -154,6 +154,7 @@ int run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err) {
   r.tables.push_back(std::move(t));
   if (!args.report.empty()) {
     write_text_file(args.report, md, true);
+    err << "kvcalc: appended the report to " << args.report << '\n';
   }
   emit(r, args.output, out, err);
   return failed ? static_cast<int>(ExitCode::plan_failed) : 0;
@@ -178,7 +179,7 @@ Command setup_plan(CLI::App& app) {
          [](const std::string&) { throw InputError("--json FILE is now --format json -o FILE"); },
          "")
       ->group("");
-  add_output_options(cmd, args->output);
+  add_output_options(cmd, args->output, ScaledBytes::no);
   return {cmd, [args](std::ostream& out, std::ostream& err) { return run_plan(*args, out, err); }};
 }
 

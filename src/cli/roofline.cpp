@@ -505,7 +505,7 @@ Command setup_roofline(CLI::App& app) {
                   "time per token against batch")
       ->type_name("FILE.svg")
       ->group(k_group_output);
-  add_output_options(cmd, args->output);
+  add_output_options(cmd, args->output, ScaledBytes::yes);
   return {cmd,
           [args](std::ostream& out, std::ostream& err) { return run_roofline(*args, out, err); }};
 }

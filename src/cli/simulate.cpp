@@ -760,7 +760,7 @@ Command setup_simulate(CLI::App& app) {
   cmd->add_option("--plot", args->plot, "Write an SVG of KV occupancy and throughput over time")
       ->type_name("FILE.svg")
       ->group(k_group_output);
-  add_output_options(cmd, args->output);
+  add_output_options(cmd, args->output, ScaledBytes::no);
   return {cmd,
           [args](std::ostream& out, std::ostream& err) { return run_simulate(*args, out, err); }};
 }

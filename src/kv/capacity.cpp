@@ -194,6 +194,11 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
   // Weights on the busiest GPU of one copy.
   ParamCount params = count_params(m);
   r.weight_dtype = resolved.weight_dtype;
+  if (req.mtp && m.mtp_layers == 0) {
+    r.notes.push_back("--mtp: " + m.name +
+                      " has no multi-token-prediction module; nothing is "
+                      "added");
+  }
   WeightSharding sharding{p.tp, attention_tp, p.pp, p.ep, req.mtp};
   WeightBytes weights = weight_bytes(m, params, r.weight_dtype, sharding);
   r.weights_bytes_per_gpu = weights.per_gpu;

@@ -182,6 +182,13 @@ public:
     if (state_per_req > 0) {
       r.sequence_pools.push_back({"state", "slots", r.state_slots, {{CacheKind::state, 0, 1, 1}}});
     }
+    if (state_per_req > 0 && intercept >= in.pool_bytes) {
+      r.notes.push_back("TensorRT-LLM sets a state aside for each of max_batch_size " +
+                        group_digits(in.scheduler.max_seqs) + " slots (+1) first, " +
+                        group_digits(intercept) +
+                        " B, which leaves no memory for the KV cache; "
+                        "a smaller --max-seqs (max_batch_size) leaves some");
+    }
     if (windowed) {
       r.notes.push_back("TensorRT-LLM's KV cache manager V1 holds sliding and chunked layers at "
                         "the full context unless max_attention_window is set; they are counted "

@@ -45,8 +45,13 @@ SimConfig instance_config(const CapacityRequest& request, const CapacityResult& 
   // The engine's pools: one rank's capacity bounds one sequence; the instance has kv_pools.
   for (const SequencePool& pool : capacity.sequence_pools) {
     if (pool.capacity == 0) {
+      std::string why;
+      for (const auto& note : capacity.notes) {
+        why += "; " + note;
+      }
       throw InputError(m.name + " on " + capacity.gpu + ": the engine's " + pool.name +
-                       " pool holds nothing");
+                       " pool holds nothing" +
+                       (why.empty() ? " (kvcalc capacity --explain shows its budget)" : why));
     }
     SequencePool whole = pool;
     whole.capacity = checked_mul(pool.capacity, capacity.kv_pools);

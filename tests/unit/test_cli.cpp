@@ -335,3 +335,216 @@ TEST_CASE("docs/cli.md's option tables are the commands' own definitions", "[cli
   }
   CHECK(doc == wanted); // regenerate with KVCALC_UPDATE_GOLDEN=1
 }
+
+namespace {
+
+/// A run that may fail: the exit code an error maps to, or the command's.
+Run attempt(const std::vector<std::string>& args) {
+  try {
+    return cli(args);
+  } catch (const Error& e) {
+    return {static_cast<int>(e.code()), "", e.what()};
+  }
+}
+
+/// How one option is exercised: its value(s), and what the base command line needs for the
+/// option to matter (appended to both runs).
+struct Probe {
+  std::vector<std::string> values;
+  std::vector<std::string> context = {};
+};
+
+} // namespace
+
+TEST_CASE("every option of every command changes the result or is refused", "[cli][options]") {
+  auto dir = temp_dir();
+  const std::string src = KVCALC_SOURCE_DIR;
+  auto file = [&](const char* name) { return (dir / name).string(); };
+  const std::map<std::string, std::vector<std::string>> bases{
+      {"footprint", {"footprint", "deepseek-v3", "nemotron-h-8b"}},
+      {"compare", {"compare", "deepseek-v3", "nemotron-h-8b", "llama-3.1-8b"}},
+      {"capacity",
+       {"capacity", "deepseek-v3", "nemotron-h-8b", "--gpu", "h200", "--tp", "8", "--context",
+        "8k"}},
+      {"roofline", {"roofline", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--batch", "1,8"}},
+      {"simulate",
+       {"simulate", "deepseek-v2-lite", "nemotron-h-8b", "--gpu", "h100", "--requests", "40"}},
+      {"measure", {"measure", "--backend", "fake"}},
+      {"plan", {"plan", src + "/tests/plans/passing.yaml"}},
+      {"gpus", {"gpus"}},
+      {"models", {"models"}},
+      {"import", {"import", src + "/tests/data/hf/llama-3.1-8b.json"}},
+      {"completion", {"completion", "bash"}},
+      {"man", {"man"}}};
+  const std::vector<std::string> compare_gpu{"--gpu", "h200", "--tp", "8"};
+  const std::vector<std::string> burst{"--kv-cache-memory", "1GiB", "--arrival", "burst"};
+  // Options with the same meaning everywhere; a command-specific entry below wins.
+  const std::map<std::string, Probe> common{
+      {"--context", {{"64k"}}},
+      {"--kv-dtype", {{"fp8"}}},
+      {"--kv-scale", {{"token-head"}, {"--kv-dtype", "fp8"}}},
+      {"--kv-scale-dtype", {{"fp16"}, {"--kv-dtype", "fp8", "--kv-scale", "token-head"}}},
+      {"--mla-cache", {{"expanded"}}},
+      {"--mamba-cache-dtype", {{"fp32"}}},
+      {"--mamba-ssm-cache-dtype", {{"bf16"}}},
+      {"--block-size", {{"256"}}},
+      {"--explain", {{}}},
+      {"--format", {{"csv"}}},
+      {"--units", {{"si"}}},
+      {"--output", {{file("result.txt")}}},
+      {"--gpu", {{"b200"}}},
+      {"--gpu-file", {{file("missing-catalog.yaml")}}},
+      {"--gpus", {{"16"}}},
+      {"--tp", {{"2"}}},
+      {"--pp", {{"2"}}},
+      {"--ep", {{"4"}}},
+      {"--dcp", {{"2"}}},
+      {"--dp-attention", {{}}},
+      {"--weight-dtype", {{"bf16"}}},
+      {"--mtp", {{}}},
+      {"--engine", {{"sglang"}}},
+      {"--gpu-memory-utilization", {{"0.8"}}},
+      {"--mem-fraction-static", {{"0.8"}, {"--engine", "sglang"}}},
+      {"--free-gpu-memory-fraction", {{"0.8"}, {"--engine", "trtllm"}}},
+      {"--max-batched-tokens", {{"65536"}}},
+      {"--max-seqs", {{"2048"}}},
+      {"--reserve", {{"10GiB"}}},
+      {"--non-kv-memory", {{"100GiB"}}},
+      {"--kv-cache-memory", {{"10GiB"}}},
+      {"--mamba-cache-mode", {{"align"}}},
+      {"--device-profile", {{src + "/tests/data/profiles/h200-example.yaml"}}},
+      {"--efficiency", {{"bw=0.5"}}},
+      {"--plot", {{file("plot.svg")}}},
+      {"--query", {{"2"}}},
+      {"--batch", {{"32"}}},
+  };
+  const std::map<std::string, Probe> specific{
+      {"compare --baseline", {{"llama-3.1-8b"}}},
+      {"compare --gpu", {{"h200"}}},
+      {"compare --gpu-file", {{file("missing-catalog.yaml")}, compare_gpu}},
+      {"compare --gpus", {{"16"}, compare_gpu}},
+      {"compare --tp", {{"4"}, {"--gpu", "h200"}}},
+      {"compare --pp", {{"2"}, compare_gpu}},
+      {"compare --ep", {{"4"}, compare_gpu}},
+      {"compare --dcp", {{"2"}, compare_gpu}},
+      {"compare --dp-attention", {{}, compare_gpu}},
+      {"compare --weight-dtype", {{"bf16"}, compare_gpu}},
+      {"compare --mtp", {{}, compare_gpu}},
+      {"compare --engine", {{"sglang"}, compare_gpu}},
+      {"compare --gpu-memory-utilization", {{"0.8"}, compare_gpu}},
+      {"compare --mem-fraction-static", {{"0.8"}, {"--gpu", "h200", "--engine", "sglang"}}},
+      {"compare --free-gpu-memory-fraction", {{"0.8"}, {"--gpu", "h200", "--engine", "trtllm"}}},
+      {"compare --max-batched-tokens", {{"65536"}, compare_gpu}},
+      {"compare --max-seqs", {{"2048"}, compare_gpu}},
+      {"compare --reserve", {{"10GiB"}, compare_gpu}},
+      {"compare --non-kv-memory", {{"100GiB"}, compare_gpu}},
+      {"compare --kv-cache-memory", {{"10GiB"}, compare_gpu}},
+      {"compare --mamba-cache-mode", {{"align"}, compare_gpu}},
+      {"capacity --max-context-at", {{"4"}}},
+      {"capacity --gpus", {{"16"}}},
+      {"roofline --prompt", {{"8k"}, {"--phase", "prefill"}}},
+      {"roofline --phase", {{"prefill"}}},
+      {"roofline --mla", {{"naive"}}},
+      {"roofline --naive-kv", {{"materialized"}, {"--mla", "naive"}}},
+      {"roofline --mla-crossover", {{}}},
+      {"roofline --measure",
+       {{}, {"--device-profile", src + "/tests/data/profiles/h200-example.yaml"}}},
+      {"roofline --no-comm", {{}}},
+      {"roofline --ops", {{}}},
+      {"roofline --pp", {{"2"}}},
+      {"roofline --mamba-cache-dtype", {{"fp32"}, {"nemotron-h-8b"}}},
+      {"roofline --mamba-ssm-cache-dtype", {{"bf16"}, {"nemotron-h-8b"}}},
+      {"roofline --units", {{"si"}, {"--ops"}}},
+      {"roofline --ep", {{"4"}}},
+      {"simulate --workload", {{src + "/docs/examples/chat.yaml"}}},
+      {"simulate --trace", {{src + "/tests/data/traces/requests.csv"}}},
+      {"simulate --arrival", {{"constant"}}},
+      {"simulate --rate", {{"5"}}},
+      {"simulate --prompt-tokens", {{"200"}}},
+      {"simulate --output-tokens", {{"20"}}},
+      {"simulate --duration", {{"1"}}},
+      {"simulate --requests", {{"10"}}},
+      {"simulate --seed", {{"7"}}},
+      {"simulate --preemption", {{"swap"}, burst}},
+      {"simulate --swap-bandwidth",
+       {{"5GB"},
+        [&] {
+          auto c = burst;
+          c.insert(c.end(), {"--preemption", "swap"});
+          return c;
+        }()}},
+      {"simulate --no-prefix-sharing", {{}, {"--workload", src + "/docs/examples/chat.yaml"}}},
+      {"simulate --mla", {{"naive"}}},
+      {"simulate --gpus", {{"2"}}},
+      {"simulate --max-seqs", {{"2"}}},
+      {"simulate --max-batched-tokens", {{"512"}}},
+      {"simulate --timeline", {{file("timeline.csv")}}},
+      {"simulate --tp", {{"2"}}},
+      {"simulate --dcp", {{"2"}, {"--tp", "2"}}},
+      {"simulate --ep", {{"1"}, {"--tp", "2"}}},
+      {"simulate --weight-dtype", {{"fp8"}}},
+      {"simulate --free-gpu-memory-fraction", {{"0.8"}, {"--engine", "trtllm", "--max-seqs", "8"}}},
+      {"measure --backend", {{"cuda"}}},
+      {"measure --heads", {{"4"}}},
+      {"measure --batch", {{"3"}}},
+      {"measure --context", {{"8k"}}},
+      {"measure --query", {{"2"}}},
+      {"measure --quick", {{}}},
+      {"measure --profile", {{file("profile.yaml")}}},
+      {"plan --report", {{file("report.md")}}},
+      {"import --name", {{"my-llama"}}},
+      {"man --markdown", {{}}},
+  };
+
+  Run man = cli({"man", "--markdown"});
+  std::string command;
+  std::vector<std::string> untested;
+  std::istringstream lines(man.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("### `kvcalc ")) {
+      command = line.substr(12, line.size() - 13);
+      continue;
+    }
+    if (!line.starts_with("| `-")) {
+      continue;
+    }
+    // "| `-o`, `--output` | …": the long spelling.
+    std::string names = line.substr(2, line.find(" |", 2) - 2);
+    std::size_t tick = names.rfind("`--");
+    std::string option = names.substr(tick + 1, names.find('`', tick + 1) - tick - 1);
+    INFO(command << " " << option);
+    auto it = specific.find(command + " " + option);
+    const Probe* probe = it != specific.end() ? &it->second : nullptr;
+    if (!probe) {
+      auto c = common.find(option);
+      probe = c != common.end() ? &c->second : nullptr;
+    }
+    if (!probe) {
+      untested.push_back(command + " " + option);
+      continue;
+    }
+    std::vector<std::string> base = bases.at(command);
+    base.insert(base.end(), probe->context.begin(), probe->context.end());
+    bool changed = false;
+    for (const char* format : {"table", "json"}) {
+      std::vector<std::string> without = base;
+      std::vector<std::string> with = base;
+      with.push_back(option);
+      with.insert(with.end(), probe->values.begin(), probe->values.end());
+      bool formats = command != "import" && command != "completion" && command != "man";
+      if (formats && option != "--format") {
+        without.insert(without.end(), {"--format", format});
+        with.insert(with.end(), {"--format", format});
+      }
+      Run a = attempt(without);
+      Run b = attempt(with);
+      changed = changed || a.code != b.code || a.out != b.out || a.err != b.err;
+    }
+    CHECK(changed);
+  }
+  CHECK(untested.empty()); // every option has a probe: add one with a new option
+  for (const auto& u : untested) {
+    WARN("no probe for " << u);
+  }
+  std::filesystem::remove_all(dir);
+}
