@@ -21,23 +21,6 @@ namespace kvcalc {
 
 namespace measure_detail {
 
-std::optional<std::uint64_t> meminfo_bytes(std::string_view key) {
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    // "MemAvailable:   20140516 kB"
-    if (line.size() > key.size() && line.compare(0, key.size(), key) == 0 &&
-        line[key.size()] == ':') {
-      std::istringstream fields(line.substr(key.size() + 1));
-      std::uint64_t kib = 0;
-      if (fields >> kib) {
-        return kib * 1024;
-      }
-    }
-  }
-  return std::nullopt;
-}
-
 namespace {
 
 /// A number in a file ("max" and anything else that is not digits: none).
@@ -85,7 +68,7 @@ std::optional<double> cgroup_memory_left() {
 
 double host_memory_available_bytes() {
   double available = std::numeric_limits<double>::infinity();
-  if (auto bytes = meminfo_bytes("MemAvailable")) {
+  if (auto bytes = kvcalc::meminfo_bytes("MemAvailable")) {
     available = static_cast<double>(*bytes);
   }
   if (auto left = cgroup_memory_left()) {

@@ -30,10 +30,6 @@ inline constexpr AgreementBars k_between_strategies{2 * kernels::k_abs_bar, 2 * 
 /// The kernels' shape of a configuration (DeepSeek's widths).
 [[nodiscard]] kernels::MlaShape mla_shape(const MlaKernelConfig& c);
 
-/// A /proc/meminfo figure in bytes ("MemTotal", "MemAvailable"); none where the system has no
-/// such file or line.
-[[nodiscard]] std::optional<std::uint64_t> meminfo_bytes(std::string_view key);
-
 /// Memory this process may still take: MemAvailable, lowered to what is left under the cgroup
 /// (v2) memory limit when there is one; unbounded where the system says neither, so the
 /// allocation itself is the check.

@@ -141,70 +141,8 @@ DeviceProfile to_device_profile(const MeasureResult& r, std::string file) {
   p.date = r.date;
   p.bandwidth_bytes_per_s = r.probes.bandwidth_bytes_per_s;
   p.flops_per_s = r.probes.gemm_flops_per_s;
-  return p;
-}
-
-Gpu cpu_as_gpu(const DeviceProfile& profile) {
-  Gpu g;
-  g.name = "cpu";
-  g.display_name = profile.device;
-  g.vendor = "cpu";
-  g.architecture = "cpu";
-  g.memory_bytes = measure_detail::meminfo_bytes("MemTotal").value_or(0);
-  g.memory_nominal_bytes = g.memory_bytes;
-  g.memory_bandwidth_bytes_per_s = profile.bandwidth_bytes_per_s;
-  g.flops_per_s = profile.flops_per_s;
-  if (!g.flops_per_s.bf16) {
-    g.flops_per_s.bf16 = g.flops_per_s.fp32; // the CPU kernels compute bf16 data in fp32
-  }
-  g.sm_count = 1;
-  g.l2_bytes = 0;
-  g.interconnect = "none";
-  g.interconnect_bytes_per_s = 1; // one device: no collectives are modelled at tp 1
-  g.source = profile.file;
-  return g;
-}
-
-Gpu device_of_profile(const DeviceProfile& profile, const GpuCatalog& catalog) {
-  if (profile.backend == "cpu") {
-    return cpu_as_gpu(profile);
-  }
-  if (profile.backend == "fake") {
-    throw InputError("the device profile " + profile.file +
-                     " is from the fake backend, which "
-                     "measures no device: name a catalog GPU with --gpu");
-  }
-  std::string name = profile.device.substr(0, profile.device.find(" ("));
-  std::string slug = ascii_lower(name);
-  std::replace(slug.begin(), slug.end(), ' ', '-');
-  if (slug.rfind("nvidia-", 0) == 0) {
-    slug.erase(0, 7);
-  }
-  try {
-    return catalog.find(slug);
-  } catch (const InputError&) {
-    throw InputError("the device profile measured '" + name + "', which the GPU catalog " +
-                     "does not know as '" + slug + "'; name the catalog GPU with --gpu, or " +
-                     "add it (with '" + slug + "' as an alias) in a --gpu-file");
-  }
-}
-
-std::string device_profile_yaml(const MeasureResult& r) {
   std::ostringstream y;
   auto num = [](double v) { return fmt::format("{:.6g}", v); };
-  y << "# Written by `kvcalc measure` (docs/device-profile.md).\n";
-  y << "kvcalc_device_profile: 1\n";
-  y << "device: \"" << r.device << "\"\n";
-  y << "backend: " << r.backend << "\n";
-  y << "date: " << r.date << "\n";
-  y << "bandwidth_bytes_per_s: " << num(r.probes.bandwidth_bytes_per_s) << "\n";
-  y << "flops_per_s:\n";
-  const PeakFlops& f = r.probes.gemm_flops_per_s;
-  for (const auto& field : k_peak_flops_fields) {
-    if (const auto& value = f.*field.value) {
-      y << "  " << field.name << ": " << num(*value) << "\n";
-    }
-  }
   y << "machine:\n  threads: " << r.threads << "\n";
   y << "probes:\n";
   y << "  read_bytes_per_s: " << num(r.probes.read_bytes_per_s) << "\n";
@@ -221,7 +159,8 @@ std::string device_profile_yaml(const MeasureResult& r) {
       << ", time_s: " << num(k.time_s) << ", roofline_fraction: " << num(k.roofline_fraction)
       << "}\n";
   }
-  return y.str();
+  p.details_yaml = y.str();
+  return p;
 }
 
 } // namespace kvcalc

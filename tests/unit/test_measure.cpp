@@ -49,8 +49,8 @@ TEST_CASE("the CPU backend needs the inputs and its kernels' working buffers", "
 }
 
 TEST_CASE("/proc/meminfo figures are read by their exact key", "[measure]") {
-  auto total = measure_detail::meminfo_bytes("MemTotal");
-  auto available = measure_detail::meminfo_bytes("MemAvailable");
+  auto total = meminfo_bytes("MemTotal");
+  auto available = meminfo_bytes("MemAvailable");
   if (!total) {
     WARN("no /proc/meminfo here: not checked");
     return;
@@ -58,8 +58,8 @@ TEST_CASE("/proc/meminfo figures are read by their exact key", "[measure]") {
   REQUIRE(available);
   CHECK(*total > (64ULL << 20));
   CHECK(*available <= *total);
-  CHECK_FALSE(measure_detail::meminfo_bytes("Mem")); // a prefix of keys, not a key
-  CHECK_FALSE(measure_detail::meminfo_bytes("NoSuchKey"));
+  CHECK_FALSE(meminfo_bytes("Mem")); // a prefix of keys, not a key
+  CHECK_FALSE(meminfo_bytes("NoSuchKey"));
 }
 
 TEST_CASE("a kernel that misses the bars is an error that says where", "[measure]") {
@@ -126,6 +126,7 @@ TEST_CASE("the roofline bound of a kernel uses the read probe as its memory ceil
   // The fake backend times the absorbed kernel at 1.25x its bound at the read rate.
   CHECK(absorbed.roofline_fraction == Approx(0.8));
   // The profile `measure --out` writes carries the same ceiling, read back as the roofline does.
-  DeviceProfile written = parse_device_profile(device_profile_yaml(r), "fake.yaml");
+  DeviceProfile written =
+      parse_device_profile(device_profile_yaml(to_device_profile(r, "fake.yaml")), "fake.yaml");
   CHECK(written.bandwidth_bytes_per_s == Approx(r.probes.read_bytes_per_s));
 }

@@ -129,20 +129,7 @@ struct MeasureResult {
 /// the first that does not), then probes and runs each configuration.
 [[nodiscard]] MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options);
 
-/// The device profile YAML of a measurement (readable by parse_device_profile).
-[[nodiscard]] std::string device_profile_yaml(const MeasureResult& result);
-
-/// The profile of a measurement, as if read back from its YAML (`file` names its origin).
+/// The profile of a measurement (`file` names its origin), its details included.
 [[nodiscard]] DeviceProfile to_device_profile(const MeasureResult& result, std::string file);
-
-/// A measured CPU described as a catalog entry, for `--gpu auto` on a machine without a GPU:
-/// memory from /proc/meminfo, ceilings from the profile (bf16 at the fp32 rate), one "SM" per
-/// thread, no interconnect.
-[[nodiscard]] Gpu cpu_as_gpu(const DeviceProfile& profile);
-
-/// The device a profile measured, for `--gpu auto`: the CPU as above, or the catalog entry of
-/// the GPU the driver named ("NVIDIA H200" → h200, "NVIDIA H100 80GB HBM3" → h100-80gb-hbm3,
-/// an alias of h100-sxm). An unknown GPU is an InputError saying how to add it.
-[[nodiscard]] Gpu device_of_profile(const DeviceProfile& profile, const GpuCatalog& catalog);
 
 } // namespace kvcalc

@@ -11,6 +11,7 @@
 
 #include <kvcalc/core/names.hpp>
 #include <kvcalc/device/gpu.hpp>
+#include <kvcalc/device/profile.hpp>
 #include <kvcalc/kv/cache_format.hpp>
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/model/model.hpp>
@@ -255,20 +256,6 @@ struct MlaCrossover {
 } // namespace kvcalc
 
 namespace kvcalc {
-
-/// Measured ceilings of one device, as `kvcalc measure` writes them (docs/device-profile.md).
-struct DeviceProfile {
-  std::string file;
-  std::string device;  ///< "NVIDIA H200", "AMD EPYC 9654 (96 threads)"
-  std::string backend; ///< cuda | cpu | fake
-  std::string date;
-  double bandwidth_bytes_per_s = 0;
-  PeakFlops flops_per_s;       ///< measured; unset dtypes were not measured
-  double link_bytes_per_s = 0; ///< 0: not measured
-};
-
-/// Parses a device profile; errors are located InputErrors.
-[[nodiscard]] DeviceProfile parse_device_profile(const std::string& text, const std::string& file);
 
 /// Ceilings from a profile. Dtypes it did not measure take the datasheet peak of `gpu` scaled
 /// by the measured/datasheet ratio of bf16 (said in the source line); the link likewise.
