@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include <kvcalc/report/record.hpp>
+
 #include "command.hpp"
 
 namespace kvcalc::cli {
@@ -13,52 +15,64 @@ struct GpusArgs {
   OutputOptions output;
 };
 
+/// One GPU of the catalog: every field (JSON), and the columns of the listing.
+Record describe_gpu(const Gpu& g) {
+  std::string aliases;
+  for (const auto& a : g.aliases) {
+    aliases += (aliases.empty() ? "" : " ") + a;
+  }
+  auto rate = [](const std::optional<double>& v) { return v ? Cell::flops(*v) : Cell::empty(); };
+  auto bf16 = g.flops_per_s.bf16 ? g.flops_per_s.bf16 : g.flops_per_s.fp16;
+  Record r;
+  r.value("name", "name", Cell::text(g.name));
+  r.value("display_name", Cell::text(g.display_name), k_json_only);
+  r.strings("aliases", g.aliases);
+  r.value("vendor", Cell::text(g.vendor), k_json_only);
+  r.value("architecture", Cell::text(g.architecture), k_json_only);
+  r.value("memory_bytes", "memory", Cell::bytes(g.memory_bytes));
+  r.value("memory_nominal_bytes", Cell::count(g.memory_nominal_bytes), k_json_only);
+  r.value("memory_bandwidth_bytes_per_s", "bandwidth",
+          Cell::bytes_per_s(g.memory_bandwidth_bytes_per_s));
+  Record& flops = r.object("flops_per_s");
+  for (const auto& field : k_peak_flops_fields) {
+    flops.value(std::string(field.name), rate(g.flops_per_s.*field.value), k_json_only);
+  }
+  r.value("sm_count", "SMs", Cell::count(g.sm_count));
+  r.value("l2_bytes", Cell::count(g.l2_bytes), k_json_only);
+  Record& link = r.object("interconnect");
+  link.value("kind", Cell::text(g.interconnect));
+  link.value("bytes_per_s", Cell::number(g.interconnect_bytes_per_s));
+  r.value("source", Cell::text(g.source), k_json_only);
+  // The listing's own columns: the dense bf16 peak (fp16 where no bf16 is given), its ridge.
+  r.value("bf16_flops_per_s", "bf16 dense", rate(bf16), k_tables_only);
+  r.value("fp8_flops_per_s", "fp8 dense", rate(g.flops_per_s.fp8), k_tables_only);
+  r.value("fp4_flops_per_s", "fp4 dense", rate(g.flops_per_s.fp4), k_tables_only);
+  r.value("ridge_bf16_flop_per_byte", "ridge bf16",
+          Cell::number(*bf16 / g.memory_bandwidth_bytes_per_s), k_tables_only);
+  r.value("interconnect", "link", Cell::text(g.interconnect), k_tables_only);
+  r.value("aliases", "aliases", Cell::text(aliases), k_tables_only);
+  return r;
+}
+
 int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& err) {
   GpuCatalog catalog(args.gpu_file);
+  std::vector<Record> gpus;
+  for (const Gpu& g : catalog.gpus()) {
+    gpus.push_back(describe_gpu(g));
+  }
   Rendered r;
   r.json = json_header("gpus");
-  Table t;
-  t.columns = {{"name", "name"},
-               {"memory", "memory_bytes"},
-               {"bandwidth", "memory_bandwidth_bytes_per_s"},
-               {"bf16 dense", "bf16_flops_per_s"},
-               {"fp8 dense", "fp8_flops_per_s"},
-               {"fp4 dense", "fp4_flops_per_s"},
-               {"ridge bf16", "ridge_bf16_flop_per_byte"},
-               {"SMs", "sm_count"},
-               {"link", "interconnect"},
-               {"aliases", "aliases"}};
-  Json list = Json::array();
-  for (const Gpu& g : catalog.gpus()) {
-    std::string aliases;
-    for (const auto& a : g.aliases) {
-      aliases += (aliases.empty() ? "" : " ") + a;
-    }
-    auto bf16 = g.flops_per_s.bf16 ? g.flops_per_s.bf16 : g.flops_per_s.fp16;
-    auto rate = [](const std::optional<double>& v) { return v ? Cell::flops(*v) : Cell::empty(); };
-    t.rows.push_back({Cell::text(g.name), Cell::bytes(g.memory_bytes),
-                      Cell::bytes_per_s(g.memory_bandwidth_bytes_per_s), rate(bf16),
-                      rate(g.flops_per_s.fp8), rate(g.flops_per_s.fp4),
-                      Cell::number(*bf16 / g.memory_bandwidth_bytes_per_s), Cell::count(g.sm_count),
-                      Cell::text(g.interconnect), Cell::text(aliases)});
-    Json j = Json::object();
-    j["name"] = g.name;
-    j["display_name"] = g.display_name;
-    j["aliases"] = string_array(g.aliases);
-    j["vendor"] = g.vendor;
-    j["architecture"] = g.architecture;
-    j["memory_bytes"] = g.memory_bytes;
-    j["memory_nominal_bytes"] = g.memory_nominal_bytes;
-    j["memory_bandwidth_bytes_per_s"] = g.memory_bandwidth_bytes_per_s;
-    j["flops_per_s"] = peak_flops_json(g.flops_per_s);
-    j["sm_count"] = g.sm_count;
-    j["l2_bytes"] = g.l2_bytes;
-    j["interconnect"]["kind"] = g.interconnect;
-    j["interconnect"]["bytes_per_s"] = g.interconnect_bytes_per_s;
-    j["source"] = g.source;
-    list.push_back(std::move(j));
-  }
-  r.json["gpus"] = std::move(list);
+  r.json["gpus"] = json_of(gpus);
+  Table t = table_of(gpus, {{"name"},
+                            {"memory_bytes"},
+                            {"memory_bandwidth_bytes_per_s"},
+                            {"bf16_flops_per_s"},
+                            {"fp8_flops_per_s"},
+                            {"fp4_flops_per_s"},
+                            {"ridge_bf16_flop_per_byte"},
+                            {"sm_count"},
+                            {"interconnect"},
+                            {"aliases"}});
   t.notes.push_back(std::to_string(catalog.gpus().size()) +
                     " GPUs; memory as the driver reports it; FLOP/s are dense peaks (no 2:4 "
                     "sparsity); ridge = bf16 FLOP/s ÷ bandwidth");

@@ -52,17 +52,23 @@ std::string significant(double v, int digits) {
 }
 
 bool numeric(const Cell& c) {
-  return c.unit != Unit::text;
+  return c.unit != Unit::text && c.unit != Unit::flag;
 }
 
 } // namespace
 
 std::string format_cell(const Cell& cell, ByteUnits units) {
+  if (!cell.shown.empty()) {
+    return cell.shown;
+  }
   if (std::holds_alternative<std::monostate>(cell.value)) {
     return "-";
   }
   if (const auto* s = std::get_if<std::string>(&cell.value)) {
     return *s;
+  }
+  if (const auto* b = std::get_if<bool>(&cell.value)) {
+    return *b ? "yes" : "no";
   }
   if (const auto* v = std::get_if<std::uint64_t>(&cell.value)) {
     switch (cell.unit) {
@@ -70,6 +76,10 @@ std::string format_cell(const Cell& cell, ByteUnits units) {
       return human_bytes(*v, units);
     case Unit::bytes_exact:
       return group_digits(*v) + " B";
+    case Unit::tokens:
+      return *v % (std::uint64_t{1} << 20) == 0 ? std::to_string(*v >> 20) + "M"
+             : *v % 1024 == 0                   ? std::to_string(*v / 1024) + "k"
+                                                : group_digits(*v);
     default:
       return group_digits(*v);
     }
@@ -243,6 +253,8 @@ std::string render_csv(const Table& t) {
         v = *s;
       } else if (const auto* u = std::get_if<std::uint64_t>(&cell.value)) {
         v = std::to_string(*u);
+      } else if (const auto* b = std::get_if<bool>(&cell.value)) {
+        v = *b ? "true" : "false";
       } else if (const auto* d = std::get_if<double>(&cell.value)) {
         char buffer[32];
         auto result = std::to_chars(buffer, buffer + sizeof buffer, *d);

@@ -24,28 +24,40 @@ enum class Unit {
   flop,        ///< a FLOP count, SI prefixes (8.908 TFLOP)
   share,       ///< a fraction shown as an unsigned percentage (90.8%)
   seconds,     ///< a duration: 1.234 s, 12.345 ms, 56.78 µs
+  tokens,      ///< a token count shown short for people (4k, 1M, else grouped), exact in CSV
+  flag,        ///< true or false (yes / no for people)
 };
 
 /// How people-facing bytes are scaled.
 enum class ByteUnits { iec, si };
 
 struct Cell {
-  std::variant<std::monostate, std::string, std::uint64_t, double> value;
+  std::variant<std::monostate, std::string, std::uint64_t, double, bool> value;
   Unit unit = Unit::text;
+  std::string shown; ///< what people see instead, when set ("does not fit"); CSV and JSON keep
+                     ///< the value
 
   static Cell empty() { return {}; }
-  static Cell text(std::string s) { return {std::move(s), Unit::text}; }
-  static Cell count(std::uint64_t v) { return {v, Unit::count}; }
-  static Cell bytes(std::uint64_t v) { return {v, Unit::bytes}; }
-  static Cell bytes_exact(std::uint64_t v) { return {v, Unit::bytes_exact}; }
-  static Cell ratio(double v) { return {v, Unit::ratio}; }
-  static Cell percent(double fraction) { return {fraction, Unit::percent}; }
-  static Cell number(double v) { return {v, Unit::number}; }
-  static Cell flops(double v) { return {v, Unit::flops}; }
-  static Cell bytes_per_s(double v) { return {v, Unit::bytes_per_s}; }
-  static Cell flop(double v) { return {v, Unit::flop}; }
-  static Cell share(double fraction) { return {fraction, Unit::share}; }
-  static Cell seconds(double s) { return {s, Unit::seconds}; }
+  static Cell text(std::string s) { return {std::move(s), Unit::text, {}}; }
+  static Cell count(std::uint64_t v) { return {v, Unit::count, {}}; }
+  static Cell bytes(std::uint64_t v) { return {v, Unit::bytes, {}}; }
+  static Cell bytes_exact(std::uint64_t v) { return {v, Unit::bytes_exact, {}}; }
+  static Cell ratio(double v) { return {v, Unit::ratio, {}}; }
+  static Cell percent(double fraction) { return {fraction, Unit::percent, {}}; }
+  static Cell number(double v) { return {v, Unit::number, {}}; }
+  static Cell flops(double v) { return {v, Unit::flops, {}}; }
+  static Cell bytes_per_s(double v) { return {v, Unit::bytes_per_s, {}}; }
+  static Cell flop(double v) { return {v, Unit::flop, {}}; }
+  static Cell share(double fraction) { return {fraction, Unit::share, {}}; }
+  static Cell seconds(double s) { return {s, Unit::seconds, {}}; }
+  static Cell tokens(std::uint64_t v) { return {v, Unit::tokens, {}}; }
+  static Cell flag(bool b) { return {b, Unit::flag, {}}; }
+  /// This cell, shown to people as `text`.
+  [[nodiscard]] Cell shown_as(std::string text) const {
+    Cell c = *this;
+    c.shown = std::move(text);
+    return c;
+  }
 };
 
 struct Column {

@@ -1,0 +1,84 @@
+#pragma once
+/// The one description of a result: ordered records whose entries carry a key (JSON and CSV), a
+/// header (tables) and a typed value (a Cell: raw value and unit). JSON takes its keys and
+/// nesting from the records; a table or the CSV takes the columns a view names by key. Every
+/// format therefore shows the same numbers, and no renderer computes one.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <kvcalc/report/json.hpp>
+#include <kvcalc/report/table.hpp>
+
+namespace kvcalc {
+
+/// Which outputs an entry appears in.
+struct Shown {
+  bool json = true;
+  bool tables = true; ///< tables and CSV views may name it
+};
+inline constexpr Shown k_everywhere{true, true};
+inline constexpr Shown k_json_only{true, false};
+inline constexpr Shown k_tables_only{false, true};
+
+class Record {
+public:
+  enum class Kind { value, strings, object, list };
+  struct Entry {
+    std::string key;
+    std::string header; ///< for people; empty where no table shows it
+    Shown shown;
+    Kind kind = Kind::value;
+    Cell cell;                      ///< a value
+    std::vector<std::string> items; ///< strings
+    std::vector<Record> records;    ///< an object (one record) or a list
+  };
+
+  /// A value with its column header.
+  Record& value(std::string key, std::string header, Cell cell, Shown shown = k_everywhere);
+  /// A value no table heads: JSON, and CSV views that name it.
+  Record& value(std::string key, Cell cell, Shown shown = k_everywhere);
+  /// A list of strings (JSON an array).
+  Record& strings(std::string key, std::vector<std::string> items, Shown shown = k_json_only);
+  /// A nested record (JSON an object), returned to be filled.
+  Record& object(std::string key, Shown shown = k_json_only);
+  /// A nested list of records (JSON an array), returned to be filled.
+  std::vector<Record>& list(std::string key, Shown shown = k_json_only);
+
+  /// The entry of `key` (an internal error when it is missing).
+  [[nodiscard]] const Entry& at(std::string_view key) const;
+  [[nodiscard]] const Entry* find(std::string_view key) const;
+  /// The value entry of `key` that tables show (an entry may share its key with a JSON-only one:
+  /// aliases as a list for machines, as words for people).
+  [[nodiscard]] const Entry* column(std::string_view key) const;
+  /// The cell of value `key`, or an empty one.
+  [[nodiscard]] Cell cell(std::string_view key) const;
+  [[nodiscard]] const std::vector<Record>& records(std::string_view key) const;
+  [[nodiscard]] const std::vector<Entry>& entries() const { return m_entries; }
+
+  /// The JSON object of the entries shown in JSON, in their order.
+  [[nodiscard]] Json json() const;
+
+private:
+  std::vector<Entry> m_entries;
+};
+
+/// A column of a view: the key of a value entry, and a header for people when the record's own
+/// header does not suit ("" keeps it).
+struct ColumnRef {
+  std::string key;
+  std::string header = "";
+};
+
+/// A table of `rows`, one row per record, one column per `columns` entry; a row without the key
+/// shows an empty cell. Headers come from the first row that has the key.
+[[nodiscard]] Table table_of(const std::vector<Record>& rows,
+                             const std::vector<ColumnRef>& columns);
+[[nodiscard]] Table table_of(const std::vector<const Record*>& rows,
+                             const std::vector<ColumnRef>& columns);
+
+/// A JSON array of records.
+[[nodiscard]] Json json_of(const std::vector<Record>& rows);
+
+} // namespace kvcalc
