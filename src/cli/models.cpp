@@ -6,6 +6,8 @@
 #include <kvcalc/kv/footprint.hpp>
 #include <kvcalc/model/registry.hpp>
 
+#include <kvcalc/report/record.hpp>
+
 #include "command.hpp"
 
 namespace kvcalc::cli {
@@ -16,51 +18,59 @@ struct ModelsArgs {
   OutputOptions output;
 };
 
+/// One bundled model: its architecture in brief and its default cache.
+Record describe_model(const Model& m) {
+  Footprint f = compute_footprint(m, FootprintOptions{});
+  std::string aliases;
+  for (const auto& a : m.aliases) {
+    aliases += (aliases.empty() ? "" : " ") + a;
+  }
+  bool mla = has_attention(m) && m.attention.kind == AttentionKind::mla;
+  Record r;
+  r.value("name", "name", Cell::text(m.name));
+  r.value("display_name", Cell::text(m.display_name), k_json_only);
+  r.strings("aliases", m.aliases);
+  r.value("attention", Cell::text(attention_label(m)), k_json_only);
+  r.value("attention", "attention", Cell::text(attention_detail(m)), k_tables_only);
+  r.value("attention_kind",
+          has_attention(m) ? Cell::text(std::string(attention_kind_name(m.attention.kind)))
+                           : Cell::empty(),
+          k_json_only);
+  r.value("state_kind",
+          m.state ? Cell::text(std::string(k_state_kinds.name(m.state->kind))) : Cell::empty(),
+          k_json_only);
+  r.value("layers", "layers", Cell::count(m.layers));
+  r.value("heads", has_attention(m) ? Cell::count(m.attention.heads) : Cell::empty(), k_json_only);
+  r.value("kv_heads", mla || !has_attention(m) ? Cell::empty() : Cell::count(m.attention.kv_heads),
+          k_json_only);
+  r.value("kv_dtype", "KV dtype", Cell::text(std::string(dtype_name(f.format.dtype))));
+  r.value("kv_bytes_per_token", "KV/token", Cell::bytes_exact(f.bytes_per_token));
+  r.value("state_bytes_per_sequence", "state/sequence",
+          Cell::bytes_exact(f.state_bytes_per_sequence).shown_as(
+              f.state_bytes_per_sequence ? "" : "-"));
+  r.value("max_context", "max context",
+          m.max_context ? Cell::count(m.max_context) : Cell::empty());
+  r.value("source", Cell::text(m.source), k_json_only);
+  r.value("aliases", "aliases", Cell::text(aliases), k_tables_only);
+  return r;
+}
+
 int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& err) {
+  std::vector<Record> models;
+  for (const Model& m : builtin_models()) {
+    models.push_back(describe_model(m));
+  }
   Rendered r;
   r.json = json_header("models");
-  Table t;
-  t.columns = {{"name", "name"},
-               {"attention", "attention"},
-               {"layers", "layers"},
-               {"KV dtype", "kv_dtype"},
-               {"KV/token", "kv_bytes_per_token"},
-               {"state/sequence", "state_bytes_per_sequence"},
-               {"max context", "max_context"},
-               {"aliases", "aliases"}};
-  Json models = Json::array();
-  for (const Model& m : builtin_models()) {
-    FootprintOptions options;
-    Footprint f = compute_footprint(m, options);
-    std::string aliases;
-    for (const auto& a : m.aliases) {
-      aliases += (aliases.empty() ? "" : " ") + a;
-    }
-    bool mla = has_attention(m) && m.attention.kind == AttentionKind::mla;
-    t.rows.push_back(
-        {Cell::text(m.name), Cell::text(attention_detail(m)), Cell::count(m.layers),
-         Cell::text(std::string(dtype_name(f.format.dtype))), Cell::bytes_exact(f.bytes_per_token),
-         f.state_bytes_per_sequence ? Cell::bytes_exact(f.state_bytes_per_sequence) : Cell::empty(),
-         m.max_context ? Cell::count(m.max_context) : Cell::empty(), Cell::text(aliases)});
-    Json mj = Json::object();
-    mj["name"] = m.name;
-    mj["display_name"] = m.display_name;
-    mj["aliases"] = string_array(m.aliases);
-    mj["attention"] = attention_label(m);
-    mj["attention_kind"] =
-        has_attention(m) ? Json(std::string(attention_kind_name(m.attention.kind))) : Json();
-    mj["state_kind"] = m.state ? Json(std::string(k_state_kinds.name(m.state->kind))) : Json();
-    mj["layers"] = m.layers;
-    mj["heads"] = has_attention(m) ? Json(m.attention.heads) : Json();
-    mj["kv_heads"] = mla || !has_attention(m) ? Json() : Json(m.attention.kv_heads);
-    mj["kv_dtype"] = std::string(dtype_name(f.format.dtype));
-    mj["kv_bytes_per_token"] = f.bytes_per_token;
-    mj["state_bytes_per_sequence"] = f.state_bytes_per_sequence;
-    mj["max_context"] = m.max_context ? Json(m.max_context) : Json();
-    mj["source"] = m.source;
-    models.push_back(std::move(mj));
-  }
-  r.json["models"] = std::move(models);
+  r.json["models"] = json_of(models);
+  Table t = table_of(models, {{"name"},
+                              {"attention"},
+                              {"layers"},
+                              {"kv_dtype"},
+                              {"kv_bytes_per_token"},
+                              {"state_bytes_per_sequence"},
+                              {"max_context"},
+                              {"aliases"}});
   t.notes.push_back(
       std::to_string(builtin_models().size()) +
       " bundled models; KV/token at the full rate in each model's dtype (MLA as the latent "

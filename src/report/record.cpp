@@ -18,14 +18,22 @@ Record& Record::value(std::string key, Cell cell, Shown shown) {
   return value(std::move(key), "", std::move(cell), shown);
 }
 
-Record& Record::strings(std::string key, std::vector<std::string> items, Shown shown) {
+Record& Record::values(std::string key, std::vector<Cell> items, Shown shown) {
   Entry e;
   e.key = std::move(key);
   e.shown = shown;
-  e.kind = Kind::strings;
+  e.kind = Kind::values;
   e.items = std::move(items);
   m_entries.push_back(std::move(e));
   return *this;
+}
+
+Record& Record::strings(std::string key, const std::vector<std::string>& items, Shown shown) {
+  std::vector<Cell> cells;
+  for (const auto& s : items) {
+    cells.push_back(Cell::text(s));
+  }
+  return values(std::move(key), std::move(cells), shown);
 }
 
 Record& Record::object(std::string key, Shown shown) {
@@ -111,10 +119,10 @@ Json Record::json() const {
     case Kind::value:
       j[e.key] = cell_json(e.cell);
       break;
-    case Kind::strings: {
+    case Kind::values: {
       Json items = Json::array();
-      for (const auto& s : e.items) {
-        items.push_back(s);
+      for (const auto& c : e.items) {
+        items.push_back(cell_json(c));
       }
       j[e.key] = std::move(items);
       break;
@@ -128,6 +136,25 @@ Json Record::json() const {
     }
   }
   return j;
+}
+
+std::vector<Record> joined(const Record& parent, std::string_view key) {
+  std::vector<Record> out;
+  for (const Record& child : parent.records(key)) {
+    Record row;
+    for (const auto& e : parent.entries()) {
+      if (e.kind == Record::Kind::value) {
+        row.value(e.key, e.header, e.cell, e.shown);
+      }
+    }
+    for (const auto& e : child.entries()) {
+      if (e.kind == Record::Kind::value) {
+        row.value(e.key, e.header, e.cell, e.shown);
+      }
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
 }
 
 Json json_of(const std::vector<Record>& rows) {

@@ -24,14 +24,14 @@ inline constexpr Shown k_tables_only{false, true};
 
 class Record {
 public:
-  enum class Kind { value, strings, object, list };
+  enum class Kind { value, values, object, list };
   struct Entry {
     std::string key;
     std::string header; ///< for people; empty where no table shows it
     Shown shown;
     Kind kind = Kind::value;
     Cell cell;                      ///< a value
-    std::vector<std::string> items; ///< strings
+    std::vector<Cell> items;        ///< values (JSON an array)
     std::vector<Record> records;    ///< an object (one record) or a list
   };
 
@@ -39,8 +39,11 @@ public:
   Record& value(std::string key, std::string header, Cell cell, Shown shown = k_everywhere);
   /// A value no table heads: JSON, and CSV views that name it.
   Record& value(std::string key, Cell cell, Shown shown = k_everywhere);
+  /// A list of values (JSON an array).
+  Record& values(std::string key, std::vector<Cell> items, Shown shown = k_json_only);
   /// A list of strings (JSON an array).
-  Record& strings(std::string key, std::vector<std::string> items, Shown shown = k_json_only);
+  Record& strings(std::string key, const std::vector<std::string>& items,
+                  Shown shown = k_json_only);
   /// A nested record (JSON an object), returned to be filled.
   Record& object(std::string key, Shown shown = k_json_only);
   /// A nested list of records (JSON an array), returned to be filled.
@@ -77,6 +80,10 @@ struct ColumnRef {
                              const std::vector<ColumnRef>& columns);
 [[nodiscard]] Table table_of(const std::vector<const Record*>& rows,
                              const std::vector<ColumnRef>& columns);
+
+/// One record per record of `parent`'s list `key`, holding the parent's values and then its
+/// own: the rows of a flat CSV (a model's fields on each of its contexts).
+[[nodiscard]] std::vector<Record> joined(const Record& parent, std::string_view key);
 
 /// A JSON array of records.
 [[nodiscard]] Json json_of(const std::vector<Record>& rows);
