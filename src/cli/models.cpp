@@ -46,10 +46,9 @@ Record describe_model(const Model& m) {
   r.value("kv_dtype", "KV dtype", Cell::text(std::string(dtype_name(f.format.dtype))));
   r.value("kv_bytes_per_token", "KV/token", Cell::bytes_exact(f.bytes_per_token));
   r.value("state_bytes_per_sequence", "state/sequence",
-          Cell::bytes_exact(f.state_bytes_per_sequence).shown_as(
-              f.state_bytes_per_sequence ? "" : "-"));
-  r.value("max_context", "max context",
-          m.max_context ? Cell::count(m.max_context) : Cell::empty());
+          Cell::bytes_exact(f.state_bytes_per_sequence)
+              .shown_as(f.state_bytes_per_sequence ? "" : "-"));
+  r.value("max_context", "max context", m.max_context ? Cell::count(m.max_context) : Cell::empty());
   r.value("source", Cell::text(m.source), k_json_only);
   r.value("aliases", "aliases", Cell::text(aliases), k_tables_only);
   return r;

@@ -13,6 +13,7 @@
 #include <kvcalc/core/error.hpp>
 #include <kvcalc/core/file.hpp>
 #include <kvcalc/core/units.hpp>
+#include <kvcalc/report/record.hpp>
 #include <kvcalc/report/svg.hpp>
 #include <kvcalc/sim/simulator.hpp>
 #include <kvcalc/sim/trace.hpp>
@@ -127,23 +128,8 @@ std::string fit_hint(const CapacityRequest& request) {
   return "";
 }
 
-/// A latency figure, null where no request gave a sample (TPOT of one-token outputs).
-Json latency_value(const LatencySummary& s, double v) {
-  return s.count > 0 ? Json(v) : Json();
-}
-
-Json latency_json(const LatencySummary& s) {
-  Json j = Json::object();
-  j["mean"] = latency_value(s, s.mean);
-  j["p50"] = latency_value(s, s.p50);
-  j["p90"] = latency_value(s, s.p90);
-  j["p99"] = latency_value(s, s.p99);
-  j["max"] = latency_value(s, s.max);
-  j["count"] = s.count;
-  return j;
-}
-
-/// A latency figure, "-" where no request gave a sample.
+/// A latency figure, "-" (null in JSON) where no request gave a sample (TPOT of one-token
+/// outputs).
 Cell latency_cell(const LatencySummary& s, double v) {
   return s.count > 0 ? Cell::seconds(v) : Cell::empty();
 }
@@ -159,7 +145,7 @@ struct Scenario {
   std::string label; ///< for plots and timelines
 };
 
-void write_plot(const std::string& path, const std::vector<Scenario>& scenarios) {
+void write_plot(const std::string& path, const std::vector<const Scenario*>& scenarios) {
   LineChart occupancy;
   occupancy.title = "KV-cache occupancy over time";
   occupancy.x_label = "time since the first arrival (s)";
@@ -175,10 +161,10 @@ void write_plot(const std::string& path, const std::vector<Scenario>& scenarios)
     c->y_scale = AxisScale::linear;
     c->markers = false;
   }
-  for (const Scenario& s : scenarios) {
-    LineSeries occ{s.label, {}, {}};
-    LineSeries tps{s.label, {}, {}};
-    for (const TimePoint& p : s.result.timeline) {
+  for (const Scenario* s : scenarios) {
+    LineSeries occ{s->label, {}, {}};
+    LineSeries tps{s->label, {}, {}};
+    for (const TimePoint& p : s->result.timeline) {
       double mid = (p.start_s + p.end_s) / 2;
       occ.xs.push_back(mid);
       occ.ys.push_back(p.kv_occupancy * 100);
@@ -203,14 +189,26 @@ bool looks_like_length(const std::string& text) {
          std::isdigit(static_cast<unsigned char>(text.front())) != 0;
 }
 
-int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err) {
+/// The command line read and checked: all that a run needs before a model is loaded.
+struct SimulateInputs {
+  bool trace = false;
+  Workload workload;                        ///< a synthetic run's
+  std::vector<std::optional<double>> rates; ///< one empty entry for a trace or a burst
+  Efficiency efficiency;
+  std::optional<DeviceProfile> profile;
+  double swap_bandwidth = 0; ///< bytes per second
+  ParallelOptions deployment;
+};
+
+SimulateInputs read_inputs(const SimulateArgs& args) {
   if (looks_like_length(args.output.file)) {
     throw InputError("-o/--output '" + args.output.file +
                      "' is where the result goes; the output length in tokens is "
                      "--output-tokens");
   }
-  bool trace = !args.trace.empty();
-  if (trace) {
+  SimulateInputs in;
+  in.trace = !args.trace.empty();
+  if (in.trace) {
     for (auto [given, flag] : {std::pair{!args.workload.empty(), "--workload"},
                                std::pair{args.arrival.has_value(), "--arrival"},
                                std::pair{!args.rates.empty(), "--rate"},
@@ -223,427 +221,446 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
         throw InputError(std::string("--trace replays its own requests; drop ") + flag);
       }
     }
+  } else {
+    in.workload = synthetic_workload(args);
   }
-  Workload workload = trace ? Workload{} : synthetic_workload(args);
-  std::vector<std::optional<double>> rates;
-  bool burst = !trace && workload.arrival == ArrivalProcess::burst;
+  bool burst = !in.trace && in.workload.arrival == ArrivalProcess::burst;
   if (burst && !args.rates.empty()) {
     throw InputError("--rate does not apply to a burst: all requests arrive at t = 0");
   }
-  if (trace || burst) {
-    rates.emplace_back();
+  if (in.trace || burst) {
+    in.rates.emplace_back();
   } else if (!args.rates.empty()) {
-    for (double r : args.rates) {
-      rates.emplace_back(r);
-    }
+    in.rates.assign(args.rates.begin(), args.rates.end());
   } else {
-    rates.emplace_back(workload.rate);
+    in.rates.emplace_back(in.workload.rate);
   }
-  if (!trace) {
-    Workload check = workload;
-    check.rate = rates.front().value_or(workload.rate);
+  if (!in.trace) {
+    Workload check = in.workload;
+    check.rate = in.rates.front().value_or(in.workload.rate);
     validate_workload(check);
   }
   if (!args.efficiency.empty() && !args.device_profile.empty()) {
     throw InputError("--efficiency and --device-profile both set the ceilings; give one");
   }
-  Efficiency efficiency = parse_efficiency(args.efficiency, "--efficiency");
-  std::optional<DeviceProfile> profile = read_device_profile(args.device_profile);
-  MlaMode mla = args.mla;
-  Preemption preemption = args.preemption;
-  double swap_bandwidth = static_cast<double>(parse_bytes(args.swap_bandwidth, "--swap-bandwidth"));
-  if (swap_bandwidth <= 0) {
+  in.efficiency = parse_efficiency(args.efficiency, "--efficiency");
+  in.profile = read_device_profile(args.device_profile);
+  in.swap_bandwidth = static_cast<double>(parse_bytes(args.swap_bandwidth, "--swap-bandwidth"));
+  if (in.swap_bandwidth <= 0) {
     throw InputError("--swap-bandwidth must be above 0 bytes per second");
   }
-
-  Rendered r;
-  std::vector<std::string>& warnings = r.warnings;
-  std::vector<Model> models = load_models(args.models, warnings);
-  ParallelOptions deployment = args.parallel;
-  if (!deployment.tp_given && deployment.gpu_count) {
+  in.deployment = args.parallel;
+  if (!in.deployment.tp_given && in.deployment.gpu_count) {
     // One instance over all the GPUs: tp = gpus / pp.
-    u64 gpus = *deployment.gpu_count;
-    if (gpus % deployment.pp != 0) {
+    u64 gpus = *in.deployment.gpu_count;
+    if (gpus % in.deployment.pp != 0) {
       throw InputError("--gpus " + group_digits(gpus) + " is not a multiple of --pp " +
-                       group_digits(deployment.pp));
+                       group_digits(in.deployment.pp));
     }
-    deployment.tps = {gpus / deployment.pp};
+    in.deployment.tps = {gpus / in.deployment.pp};
+  }
+  return in;
+}
+
+/// The --timeline CSV: a row per step of every scenario, stopped at the first write that fails
+/// (a full disk ends the run then, not after the whole simulation).
+class TimelineFile {
+public:
+  explicit TimelineFile(std::string path) : m_path(std::move(path)) {
+    if (m_path.empty()) {
+      return;
+    }
+    errno = 0; // write_error reports what the open sets
+    m_file.emplace(m_path, std::ios::binary);
+    if (!*m_file) {
+      throw write_error(m_path, errno);
+    }
+    *m_file << "model,gpu,tp,rate_per_s,step,start_s,duration_s,running,waiting,"
+               "decode_tokens,prefill_tokens,kv_blocks_used,kv_occupancy,preemptions,"
+               "completed\n";
   }
 
-  std::vector<Scenario> scenarios;
-  std::optional<std::ofstream> timeline;
-  if (!args.timeline.empty()) {
-    errno = 0; // write_error reports what the open sets
-    timeline.emplace(args.timeline, std::ios::binary);
-    if (!*timeline) {
-      throw write_error(args.timeline, errno);
+  /// What the simulator calls after each step of `s` (nothing without a file).
+  std::function<void(const StepRecord&)> rows_of(const Scenario& s) {
+    if (!m_file) {
+      return {};
     }
-    *timeline << "model,gpu,tp,rate_per_s,step,start_s,duration_s,running,waiting,"
-                 "decode_tokens,prefill_tokens,kv_blocks_used,kv_occupancy,preemptions,"
-                 "completed\n";
+    std::string prefix = fmt::format("{},{},{},{},", s.model, s.gpu, s.config.step.parallel.tp,
+                                     s.rate ? fmt::format("{}", *s.rate) : std::string());
+    return [this, prefix](const StepRecord& step) {
+      errno = 0;
+      *m_file << prefix
+              << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", step.step, step.start_s,
+                             step.duration_s, step.running, step.waiting, step.decode_tokens,
+                             step.prefill_tokens, step.blocks_used, step.kv_occupancy,
+                             step.preemptions, step.completed);
+      if (!*m_file) {
+        throw write_error(m_path, errno);
+      }
+    };
   }
+
+  void close(std::ostream& err) {
+    if (!m_file) {
+      return;
+    }
+    errno = 0;
+    m_file->flush();
+    if (!*m_file) {
+      throw write_error(m_path, errno);
+    }
+    err << "kvcalc: wrote " << m_path << '\n';
+  }
+
+private:
+  std::string m_path;
+  std::optional<std::ofstream> m_file;
+};
+
+/// One run of `s`'s instance on the trace or on the synthetic workload at `s.rate`.
+SimResult simulate_scenario(const Scenario& s, const SimulateArgs& args, const SimulateInputs& in,
+                            TimelineFile& timeline) {
+  if (in.trace) {
+    std::ifstream file(args.trace, std::ios::binary);
+    if (!file) {
+      throw InputError("cannot open '" + args.trace + "': no such file, or it is not readable");
+    }
+    TraceReader reader(file, args.trace);
+    return simulate(s.config, reader, timeline.rows_of(s));
+  }
+  Workload w = in.workload;
+  w.rate = s.rate.value_or(in.workload.rate);
+  SyntheticSource source(w);
+  return simulate(s.config, source, timeline.rows_of(s));
+}
+
+/// Every model on every GPU and tp of the deployment, at every rate: simulated where it fits,
+/// with the reason where it does not.
+std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInputs& in,
+                                    const std::vector<Model>& models, TimelineFile& timeline,
+                                    std::vector<std::string>& warnings) {
+  std::vector<Scenario> scenarios;
+  const ParallelOptions& deployment = in.deployment;
   std::vector<Gpu> devices =
-      deployment_devices(deployment, profile, GpuCatalog(deployment.gpu_file),
+      deployment_devices(deployment, in.profile, GpuCatalog(deployment.gpu_file),
                          "add a --device-profile that kvcalc measure wrote", warnings);
   for (const auto& request : capacity_requests(models, args.cache, deployment, args.engine,
                                                args.block_size, devices, {}, std::nullopt)) {
     CapacityResult capacity = compute_capacity(request);
+    Scenario base;
+    base.config.step.parallel = capacity.parallel;
+    base.model = request.model.name;
+    base.gpu = capacity.gpu;
+    base.engine = capacity.engine;
     if (!capacity.fits) {
-      Scenario s;
-      s.config.step.parallel = capacity.parallel;
-      s.model = request.model.name;
-      s.gpu = capacity.gpu;
-      s.engine = capacity.engine;
-      s.unfit = request.model.name + " does not fit on " + group_digits(capacity.parallel.gpus) +
-                " × " + capacity.gpu + " (tp " + group_digits(capacity.parallel.tp) +
-                "): " + capacity.reason + fit_hint(request);
-      scenarios.push_back(std::move(s));
+      base.unfit = request.model.name + " does not fit on " + group_digits(capacity.parallel.gpus) +
+                   " × " + capacity.gpu + " (tp " + group_digits(capacity.parallel.tp) +
+                   "): " + capacity.reason + fit_hint(request);
+      scenarios.push_back(std::move(base));
       continue;
     }
-    DeviceRates device = profile
-                             ? device_rates(request.gpu, *profile)
-                             : device_rates(request.gpu, efficiency.bandwidth, efficiency.flops);
-    SimConfig config = instance_config(request, capacity, device, mla);
-    config.preemption = preemption;
-    config.swap_bytes_per_s = swap_bandwidth;
-    config.prefix_sharing = !args.no_prefix_sharing;
+    DeviceRates device =
+        in.profile ? device_rates(request.gpu, *in.profile)
+                   : device_rates(request.gpu, in.efficiency.bandwidth, in.efficiency.flops);
+    base.config = instance_config(request, capacity, device, args.mla);
+    base.config.preemption = args.preemption;
+    base.config.swap_bytes_per_s = in.swap_bandwidth;
+    base.config.prefix_sharing = !args.no_prefix_sharing;
     for (const auto& note : capacity.notes) {
       warnings.push_back(request.model.name + " on " + capacity.gpu + ": " + note);
     }
-    for (const auto& rate : rates) {
-      Scenario s;
-      s.config = config;
-      s.model = request.model.name;
-      s.gpu = capacity.gpu;
-      s.engine = capacity.engine;
+    for (const auto& rate : in.rates) {
+      Scenario s = base;
       s.rate = rate;
       s.label = s.model +
                 (deployment.gpus.size() > 1 || deployment.tps.size() > 1
                      ? " " + s.gpu + " tp " + std::to_string(capacity.parallel.tp)
                      : "") +
-                (rate && rates.size() > 1 ? fmt::format(" @ {:g}/s", *rate) : "");
-      std::function<void(const StepRecord&)> on_step;
-      if (timeline) {
-        std::string prefix = fmt::format("{},{},{},{},", s.model, s.gpu, capacity.parallel.tp,
-                                         rate ? fmt::format("{}", *rate) : std::string());
-        on_step = [&timeline, &path = args.timeline, prefix](const StepRecord& step) {
-          errno = 0;
-          *timeline << prefix
-                    << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", step.step, step.start_s,
-                                   step.duration_s, step.running, step.waiting, step.decode_tokens,
-                                   step.prefill_tokens, step.blocks_used, step.kv_occupancy,
-                                   step.preemptions, step.completed);
-          if (!*timeline) { // the disk filled, say: stop now, not after the whole simulation
-            throw write_error(path, errno);
-          }
-        };
-      }
-      if (trace) {
-        std::ifstream file(args.trace, std::ios::binary);
-        if (!file) {
-          throw InputError("cannot open '" + args.trace + "': no such file, or it is not readable");
-        }
-        TraceReader reader(file, args.trace);
-        s.result = simulate(config, reader, on_step);
-      } else {
-        Workload w = workload;
-        w.rate = rate.value_or(workload.rate);
-        SyntheticSource source(w);
-        s.result = simulate(config, source, on_step);
+                (rate && in.rates.size() > 1 ? fmt::format(" @ {:g}/s", *rate) : "");
+      s.result = simulate_scenario(s, args, in, timeline);
+      if (s.result.requests_rejected > 0) {
+        warnings.push_back(s.model + ": " + group_digits(s.result.requests_rejected) +
+                           " requests rejected (" + group_digits(s.result.rejected_pool) +
+                           " larger than one sequence's share of the KV pool, " +
+                           group_digits(s.result.rejected_context) + " longer than max_context)");
       }
       scenarios.push_back(std::move(s));
     }
   }
-  bool simulated = std::any_of(scenarios.begin(), scenarios.end(),
-                               [](const Scenario& s) { return s.unfit.empty(); });
-  if (!simulated) {
-    throw InputError(scenarios.front().unfit);
+  return scenarios;
+}
+
+Record describe_workload(const SimulateArgs& args, const SimulateInputs& in) {
+  Record r;
+  if (in.trace) {
+    r.value("source", Cell::text("trace"));
+    r.value("file", Cell::text(args.trace));
+    return r;
   }
-  std::vector<Scenario> ran;
+  const Workload& w = in.workload;
+  r.value("source", Cell::text(args.workload.empty() ? "command line" : args.workload));
+  r.value("name", w.name.empty() ? Cell::empty() : Cell::text(w.name));
+  r.value("seed", Cell::count(w.seed));
+  r.value("arrival", Cell::text(std::string(arrival_name(w.arrival))));
+  r.value("duration_s", w.duration_s ? Cell::number(*w.duration_s) : Cell::empty());
+  r.value("requests", w.requests ? Cell::count(*w.requests) : Cell::empty());
+  r.value("prompt_tokens", Cell::text(describe(w.prompt)));
+  r.value("output_tokens", Cell::text(describe(w.output)));
+  if (w.prefix.fraction > 0) {
+    Record& prefix = r.object("prefix");
+    prefix.value("fraction", Cell::number(w.prefix.fraction));
+    prefix.value("count", Cell::count(w.prefix.count));
+    prefix.value("tokens", Cell::count(w.prefix.tokens));
+  } else {
+    r.value("prefix", Cell::empty());
+  }
+  return r;
+}
+
+Record describe_scheduler(const SimulateArgs& args, const SimulateInputs& in) {
+  Record r;
+  r.value("preemption", Cell::text(std::string(preemption_name(args.preemption))));
+  r.value("swap_bytes_per_s", Cell::number(in.swap_bandwidth));
+  r.value("prefix_sharing", Cell::flag(!args.no_prefix_sharing));
+  r.value("mla", Cell::text(std::string(mla_mode_name(args.mla))));
+  return r;
+}
+
+void describe_latency(Record& r, const std::string& metric, const LatencySummary& s) {
+  r.value("metric", Cell::text(metric), k_tables_only);
+  r.value("mean", "mean", latency_cell(s, s.mean));
+  r.value("p50", "p50", latency_cell(s, s.p50));
+  r.value("p90", "p90", latency_cell(s, s.p90));
+  r.value("p99", "p99", latency_cell(s, s.p99));
+  r.value("max", "max", latency_cell(s, s.max));
+  r.value("count", Cell::count(s.count));
+}
+
+/// One scenario: its deployment, its pools and what the run measured. An unfit one carries the
+/// reason, and "does not fit" where people read the requests done.
+Record describe_scenario(const Scenario& s, bool trace) {
+  const SimConfig& c = s.config;
+  const SimResult& x = s.result;
+  Record r;
+  r.value("model", "model", Cell::text(s.model));
+  r.value("gpu", "gpu", Cell::text(s.gpu));
+  r.value("gpus", Cell::count(c.step.parallel.gpus));
+  r.value("tp", "tp", Cell::count(c.step.parallel.tp));
+  if (!s.unfit.empty()) {
+    r.value("engine", Cell::text(std::string(engine_name(s.engine))));
+    r.value("fits", Cell::flag(false));
+    r.value("reason", Cell::text(s.unfit));
+    r.value("requests_completed", Cell::empty().shown_as("does not fit"), k_tables_only);
+    return r;
+  }
+  r.value("pp", Cell::count(c.step.parallel.pp));
+  r.value("ep", Cell::count(c.step.parallel.ep));
+  r.value("dp_attention", Cell::flag(c.step.parallel.dp_attention));
+  r.value("engine", Cell::text(std::string(engine_name(s.engine))));
+  r.value("fits", Cell::flag(true));
+  r.value("reason", Cell::empty());
+  r.value("rate_per_s", "rate/s",
+          s.rate ? Cell::number(*s.rate) : Cell::empty().shown_as(trace ? "trace" : "burst"));
+  r.value("rates", Cell::text(c.step.rates.source));
+  Record& pool = r.object("kv_pool");
+  pool.value("blocks", Cell::count(c.pool_blocks));
+  pool.value("block_size", Cell::count(c.block_size));
+  pool.value("tokens", c.pool_unit == "blocks"   ? Cell::count(c.pool_blocks * c.block_size)
+                       : c.pool_unit == "tokens" ? Cell::count(c.pool_blocks)
+                                                 : Cell::empty());
+  pool.value("sequence_blocks_limit", Cell::count(c.sequence_blocks_limit));
+  pool.value("unit", Cell::text(c.pool_unit));
+  auto& pools = pool.list("pools");
+  for (std::size_t p = 0; p < c.pools.size(); ++p) {
+    Record& one = pools.emplace_back();
+    one.value("name", Cell::text(c.pools[p].name));
+    one.value("unit", Cell::text(c.pools[p].unit));
+    one.value("capacity", Cell::count(c.pools[p].capacity));
+    one.value("sequence_limit", Cell::count(c.pool_limits[p]));
+  }
+  r.value("max_batched_tokens", Cell::count(c.max_batched_tokens));
+  r.value("max_seqs", Cell::count(c.max_seqs));
+  r.value("requests_arrived", Cell::count(x.requests_arrived));
+  r.value("requests_completed", "done", Cell::count(x.requests_completed));
+  r.value("requests_rejected", "rejected", Cell::count(x.requests_rejected));
+  Record& rejections = r.object("rejections");
+  rejections.value("larger_than_pool", Cell::count(x.rejected_pool));
+  rejections.value("longer_than_max_context", Cell::count(x.rejected_context));
+  r.value("preemptions", "preempted", Cell::count(x.preemptions));
+  r.value("steps", Cell::count(x.steps));
+  r.value("makespan_s", Cell::seconds(x.makespan_s));
+  r.value("busy_s", Cell::seconds(x.busy_s));
+  r.value("swap_s", Cell::seconds(x.swap_s));
+  Record& tokens = r.object("tokens");
+  tokens.value("input", Cell::count(x.input_tokens));
+  tokens.value("output", Cell::count(x.output_tokens));
+  tokens.value("computed", Cell::count(x.computed_tokens));
+  tokens.value("recomputed", Cell::count(x.recomputed_tokens));
+  tokens.value("prefix_hits", Cell::count(x.prefix_hit_tokens));
+  Record& throughput = r.object("throughput_tokens_per_s");
+  throughput.value("input", "in tok/s", Cell::number(x.input_tokens_per_s));
+  throughput.value("output", "out tok/s", Cell::number(x.output_tokens_per_s));
+  throughput.value("total", "tok/s", Cell::number(x.total_tokens_per_s));
+  describe_latency(r.object("ttft_s"), "TTFT", x.ttft);
+  describe_latency(r.object("tpot_s"), "TPOT", x.tpot);
+  describe_latency(r.object("e2e_s"), "E2E", x.e2e);
+  describe_latency(r.object("queue_s"), "queueing", x.queue);
+  Record& occupancy = r.object("kv_occupancy");
+  occupancy.value("peak", "KV peak", Cell::share(x.kv_peak));
+  occupancy.value("mean", "KV mean", Cell::share(x.kv_mean));
+  occupancy.value("peak_blocks", Cell::count(x.kv_peak_blocks));
+  r.value("fragmentation", Cell::number(x.fragmentation));
+  Record& concurrency = r.object("concurrency");
+  concurrency.value("peak", "peak seqs", Cell::count(x.peak_running));
+  concurrency.value("mean", Cell::number(x.mean_running));
+  r.value("mean_step_tokens", Cell::number(x.mean_step_tokens));
+  return r;
+}
+
+/// The flat CSV: a row per scenario, nested figures under flat names.
+std::vector<ColumnRef> csv_columns() {
+  std::vector<ColumnRef> columns = {{"model"},
+                                    {"gpu"},
+                                    {"gpus"},
+                                    {"tp"},
+                                    {"engine"},
+                                    {"rate_per_s"},
+                                    {"kv_pool.blocks", "", "kv_pool_blocks"},
+                                    {"kv_pool.block_size", "", "block_size_tokens"},
+                                    {"requests_arrived"},
+                                    {"requests_completed"},
+                                    {"requests_rejected"},
+                                    {"preemptions"},
+                                    {"steps"},
+                                    {"makespan_s"},
+                                    {"throughput_tokens_per_s.input", "", "input_tokens_per_s"},
+                                    {"throughput_tokens_per_s.output", "", "output_tokens_per_s"},
+                                    {"throughput_tokens_per_s.total", "", "total_tokens_per_s"}};
+  for (const char* m : {"ttft", "tpot", "e2e", "queue"}) {
+    for (const char* q : {"mean", "p50", "p90", "p99"}) {
+      columns.push_back({fmt::format("{}_s.{}", m, q), "", fmt::format("{}_{}_s", m, q)});
+    }
+  }
+  columns.push_back({"kv_occupancy.peak", "", "kv_occupancy_peak"});
+  columns.push_back({"kv_occupancy.mean", "", "kv_occupancy_mean"});
+  columns.push_back({"fragmentation"});
+  columns.push_back({"concurrency.peak", "", "peak_running"});
+  return columns;
+}
+
+std::string workload_note(const SimulateArgs& args, const SimulateInputs& in) {
+  if (in.trace) {
+    return "workload: trace " + args.trace;
+  }
+  const Workload& w = in.workload;
+  return fmt::format(
+      "workload: {} arrivals{}{}, prompt {}, output {}, seed {}{}", arrival_name(w.arrival),
+      w.duration_s ? fmt::format(" for {:g} s", *w.duration_s) : std::string(),
+      w.requests ? fmt::format(" (at most {} requests)", *w.requests) : std::string(),
+      describe(w.prompt), describe(w.output), w.seed,
+      w.prefix.fraction > 0 ? fmt::format("; {:g}% share one of {} prefixes of {} tokens",
+                                          w.prefix.fraction * 100, w.prefix.count, w.prefix.tokens)
+                            : std::string());
+}
+
+/// The latency table of a run that simulated one scenario, with its pool in words.
+Table latency_table(const Scenario& s, const Record& described) {
+  Table d = table_of({&described.records("ttft_s").front(), &described.records("tpot_s").front(),
+                      &described.records("e2e_s").front(), &described.records("queue_s").front()},
+                     {{"metric"}, {"mean"}, {"p50"}, {"p90"}, {"p99"}, {"max"}});
+  d.title =
+      s.model + " on " + group_digits(s.config.step.parallel.gpus) + " × " + s.gpu + ": latency";
+  const SimConfig& c = s.config;
+  const SimResult& x = s.result;
+  std::string pool =
+      c.pool_unit == "bytes" ? group_digits(c.pool_blocks) + " B"
+      : c.pool_unit == "tokens"
+          ? group_digits(c.pool_blocks) + " tokens" +
+                (c.block_size == 1 ? std::string(" (token-granular)")
+                                   : " in pages of " + group_digits(c.block_size))
+          : group_digits(c.pool_blocks) + " blocks of " + group_digits(c.block_size) + " tokens";
+  for (std::size_t p = 1; p < c.pools.size(); ++p) {
+    pool +=
+        ", " + c.pools[p].name + " " + group_digits(c.pools[p].capacity) + " " + c.pools[p].unit;
+  }
+  d.notes.push_back(fmt::format(
+      "KV pool {}; fragmentation {:.1f}% of allocated slots; {} steps, "
+      "{:.1f} tokens each; mean concurrency {:.1f}; {} tokens recomputed, {} prefix tokens "
+      "reused; percentiles within 0.1%",
+      pool, x.fragmentation * 100, group_digits(x.steps), x.mean_step_tokens, x.mean_running,
+      group_digits(x.recomputed_tokens), group_digits(x.prefix_hit_tokens)));
+  return d;
+}
+
+/// The result in every format, from the descriptions of the workload, the scheduler and the
+/// scenarios.
+void render_simulation(Rendered& r, const SimulateArgs& args, const SimulateInputs& in,
+                       const std::vector<Scenario>& scenarios,
+                       const std::vector<const Scenario*>& ran) {
+  std::vector<Record> described;
+  for (const Scenario& s : scenarios) {
+    described.push_back(describe_scenario(s, in.trace));
+  }
+  r.json = json_header("simulate");
+  r.json["workload"] = describe_workload(args, in).json();
+  r.json["scheduler"] = describe_scheduler(args, in).json();
+  r.json["scenarios"] = json_of(described);
+  Table t = table_of(described, {{"model"},
+                                 {"gpu"},
+                                 {"tp"},
+                                 {"rate_per_s"},
+                                 {"requests_completed"},
+                                 {"requests_rejected"},
+                                 {"preemptions"},
+                                 {"throughput_tokens_per_s.input"},
+                                 {"throughput_tokens_per_s.output"},
+                                 {"ttft_s.p50", "TTFT p50"},
+                                 {"ttft_s.p99", "TTFT p99"},
+                                 {"tpot_s.p50", "TPOT p50"},
+                                 {"tpot_s.p99", "TPOT p99"},
+                                 {"e2e_s.p99", "E2E p99"},
+                                 {"kv_occupancy.peak"},
+                                 {"kv_occupancy.mean"},
+                                 {"concurrency.peak"}});
+  for (const Scenario& s : scenarios) {
+    if (!s.unfit.empty()) {
+      t.notes.push_back(s.unfit);
+    }
+  }
+  t.notes.push_back(workload_note(args, in));
+  t.notes.push_back(fmt::format("steps priced by the roofline ({}); {} preemption; throughput "
+                                "over the makespan (first arrival to last token); docs/simulate.md",
+                                ran.front()->config.step.rates.source,
+                                preemption_name(args.preemption)));
+  r.csv = table_of(described, csv_columns());
+  r.tables.push_back(std::move(t));
+  if (ran.size() == 1) {
+    auto at = static_cast<std::size_t>(ran.front() - scenarios.data());
+    r.tables.push_back(latency_table(*ran.front(), described[at]));
+  }
+}
+
+int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err) {
+  SimulateInputs in = read_inputs(args);
+  Rendered r;
+  std::vector<Model> models = load_models(args.models, r.warnings);
+  TimelineFile timeline(args.timeline);
+  std::vector<Scenario> scenarios = run_scenarios(args, in, models, timeline, r.warnings);
+  std::vector<const Scenario*> ran;
   for (const Scenario& s : scenarios) {
     if (s.unfit.empty()) {
-      ran.push_back(s);
+      ran.push_back(&s);
     }
   }
-  if (timeline) {
-    errno = 0;
-    timeline->flush();
-    if (!*timeline) {
-      throw write_error(args.timeline, errno);
-    }
-    err << "kvcalc: wrote " << args.timeline << '\n';
+  if (ran.empty()) {
+    throw InputError(scenarios.front().unfit);
   }
+  timeline.close(err);
   if (!args.plot.empty()) {
     write_plot(args.plot, ran);
     err << "kvcalc: wrote " << args.plot << '\n';
   }
-  for (const Scenario& s : ran) {
-    if (s.result.requests_rejected > 0) {
-      warnings.push_back(s.model + ": " + group_digits(s.result.requests_rejected) +
-                         " requests rejected (" + group_digits(s.result.rejected_pool) +
-                         " larger than one sequence's share of the KV " + "pool, " +
-                         group_digits(s.result.rejected_context) + " longer than max_context)");
-    }
-  }
-  r.json = json_header("simulate");
-  Json wj = Json::object();
-  if (trace) {
-    wj["source"] = "trace";
-    wj["file"] = args.trace;
-  } else {
-    wj["source"] = args.workload.empty() ? "command line" : args.workload;
-    wj["name"] = workload.name.empty() ? Json() : Json(workload.name);
-    wj["seed"] = workload.seed;
-    wj["arrival"] = std::string(arrival_name(workload.arrival));
-    wj["duration_s"] = workload.duration_s ? Json(*workload.duration_s) : Json();
-    wj["requests"] = workload.requests ? Json(*workload.requests) : Json();
-    wj["prompt_tokens"] = describe(workload.prompt);
-    wj["output_tokens"] = describe(workload.output);
-    if (workload.prefix.fraction > 0) {
-      wj["prefix"]["fraction"] = workload.prefix.fraction;
-      wj["prefix"]["count"] = workload.prefix.count;
-      wj["prefix"]["tokens"] = workload.prefix.tokens;
-    } else {
-      wj["prefix"] = Json();
-    }
-  }
-  r.json["workload"] = std::move(wj);
-  r.json["scheduler"]["preemption"] = std::string(preemption_name(preemption));
-  r.json["scheduler"]["swap_bytes_per_s"] = swap_bandwidth;
-  r.json["scheduler"]["prefix_sharing"] = !args.no_prefix_sharing;
-  r.json["scheduler"]["mla"] = std::string(mla_mode_name(mla));
-
-  Table t;
-  t.columns = {{"model", "model"},
-               {"gpu", "gpu"},
-               {"tp", "tp"},
-               {"rate/s", "rate_per_s"},
-               {"done", "requests_completed"},
-               {"rejected", "requests_rejected"},
-               {"preempted", "preemptions"},
-               {"in tok/s", "input_tokens_per_s"},
-               {"out tok/s", "output_tokens_per_s"},
-               {"TTFT p50", "ttft_p50_s"},
-               {"TTFT p99", "ttft_p99_s"},
-               {"TPOT p50", "tpot_p50_s"},
-               {"TPOT p99", "tpot_p99_s"},
-               {"E2E p99", "e2e_p99_s"},
-               {"KV peak", "kv_occupancy_peak"},
-               {"KV mean", "kv_occupancy_mean"},
-               {"peak seqs", "peak_running"}};
-  Table csv;
-  csv.columns = {{"model", "model"},
-                 {"gpu", "gpu"},
-                 {"gpus", "gpus"},
-                 {"tp", "tp"},
-                 {"engine", "engine"},
-                 {"rate_per_s", "rate_per_s"},
-                 {"kv_pool_blocks", "kv_pool_blocks"},
-                 {"block_size_tokens", "block_size_tokens"},
-                 {"requests_arrived", "requests_arrived"},
-                 {"requests_completed", "requests_completed"},
-                 {"requests_rejected", "requests_rejected"},
-                 {"preemptions", "preemptions"},
-                 {"steps", "steps"},
-                 {"makespan_s", "makespan_s"},
-                 {"input_tokens_per_s", "input_tokens_per_s"},
-                 {"output_tokens_per_s", "output_tokens_per_s"},
-                 {"total_tokens_per_s", "total_tokens_per_s"}};
-  for (const char* m : {"ttft", "tpot", "e2e", "queue"}) {
-    for (const char* q : {"mean", "p50", "p90", "p99"}) {
-      std::string key = fmt::format("{}_{}_s", m, q);
-      csv.columns.push_back({key, key});
-    }
-  }
-  for (const char* key :
-       {"kv_occupancy_peak", "kv_occupancy_mean", "fragmentation", "peak_running"}) {
-    csv.columns.push_back({key, key});
-  }
-  Json list = Json::array();
-  for (const Scenario& s : scenarios) {
-    const SimResult& x = s.result;
-    const SimConfig& c = s.config;
-    if (!s.unfit.empty()) {
-      std::vector<Cell> row(t.columns.size(), Cell::empty());
-      row[0] = Cell::text(s.model);
-      row[1] = Cell::text(s.gpu);
-      row[2] = Cell::count(c.step.parallel.tp);
-      row[4] = Cell::text("does not fit");
-      t.rows.push_back(std::move(row));
-      t.notes.push_back(s.unfit);
-      std::vector<Cell> flat(csv.columns.size(), Cell::empty());
-      flat[0] = Cell::text(s.model);
-      flat[1] = Cell::text(s.gpu);
-      flat[2] = Cell::count(c.step.parallel.gpus);
-      flat[3] = Cell::count(c.step.parallel.tp);
-      flat[4] = Cell::text(std::string(engine_name(s.engine)));
-      csv.rows.push_back(std::move(flat));
-      Json j = Json::object();
-      j["model"] = s.model;
-      j["gpu"] = s.gpu;
-      j["gpus"] = c.step.parallel.gpus;
-      j["tp"] = c.step.parallel.tp;
-      j["engine"] = std::string(engine_name(s.engine));
-      j["fits"] = false;
-      j["reason"] = s.unfit;
-      list.push_back(std::move(j));
-      continue;
-    }
-    Cell rate = s.rate ? Cell::number(*s.rate) : Cell::text(trace ? "trace" : "burst");
-    t.rows.push_back({Cell::text(s.model), Cell::text(s.gpu), Cell::count(c.step.parallel.tp), rate,
-                      Cell::count(x.requests_completed), Cell::count(x.requests_rejected),
-                      Cell::count(x.preemptions), Cell::number(x.input_tokens_per_s),
-                      Cell::number(x.output_tokens_per_s), latency_cell(x.ttft, x.ttft.p50),
-                      latency_cell(x.ttft, x.ttft.p99), latency_cell(x.tpot, x.tpot.p50),
-                      latency_cell(x.tpot, x.tpot.p99), latency_cell(x.e2e, x.e2e.p99),
-                      Cell::share(x.kv_peak), Cell::share(x.kv_mean), Cell::count(x.peak_running)});
-    std::vector<Cell> row{Cell::text(s.model),
-                          Cell::text(s.gpu),
-                          Cell::count(c.step.parallel.gpus),
-                          Cell::count(c.step.parallel.tp),
-                          Cell::text(std::string(engine_name(s.engine))),
-                          s.rate ? Cell::number(*s.rate) : Cell::empty(),
-                          Cell::count(c.pool_blocks),
-                          Cell::count(c.block_size),
-                          Cell::count(x.requests_arrived),
-                          Cell::count(x.requests_completed),
-                          Cell::count(x.requests_rejected),
-                          Cell::count(x.preemptions),
-                          Cell::count(x.steps),
-                          Cell::seconds(x.makespan_s),
-                          Cell::number(x.input_tokens_per_s),
-                          Cell::number(x.output_tokens_per_s),
-                          Cell::number(x.total_tokens_per_s)};
-    for (const LatencySummary* l : {&x.ttft, &x.tpot, &x.e2e, &x.queue}) {
-      for (double v : {l->mean, l->p50, l->p90, l->p99}) {
-        row.push_back(latency_cell(*l, v));
-      }
-    }
-    row.push_back(Cell::number(x.kv_peak));
-    row.push_back(Cell::number(x.kv_mean));
-    row.push_back(Cell::number(x.fragmentation));
-    row.push_back(Cell::count(x.peak_running));
-    csv.rows.push_back(std::move(row));
-
-    Json j = Json::object();
-    j["model"] = s.model;
-    j["gpu"] = s.gpu;
-    j["gpus"] = c.step.parallel.gpus;
-    j["tp"] = c.step.parallel.tp;
-    j["pp"] = c.step.parallel.pp;
-    j["ep"] = c.step.parallel.ep;
-    j["dp_attention"] = c.step.parallel.dp_attention;
-    j["engine"] = std::string(engine_name(s.engine));
-    j["fits"] = true;
-    j["reason"] = Json();
-    j["rate_per_s"] = s.rate ? Json(*s.rate) : Json();
-    j["rates"] = c.step.rates.source;
-    j["kv_pool"]["blocks"] = c.pool_blocks;
-    j["kv_pool"]["block_size"] = c.block_size;
-    j["kv_pool"]["tokens"] = c.pool_unit == "blocks"   ? Json(c.pool_blocks * c.block_size)
-                             : c.pool_unit == "tokens" ? Json(c.pool_blocks)
-                                                       : Json();
-    j["kv_pool"]["sequence_blocks_limit"] = c.sequence_blocks_limit;
-    j["kv_pool"]["unit"] = c.pool_unit;
-    Json pools = Json::array();
-    for (std::size_t p = 0; p < c.pools.size(); ++p) {
-      Json pj = Json::object();
-      pj["name"] = c.pools[p].name;
-      pj["unit"] = c.pools[p].unit;
-      pj["capacity"] = c.pools[p].capacity;
-      pj["sequence_limit"] = c.pool_limits[p];
-      pools.push_back(std::move(pj));
-    }
-    j["kv_pool"]["pools"] = std::move(pools);
-    j["max_batched_tokens"] = c.max_batched_tokens;
-    j["max_seqs"] = c.max_seqs;
-    j["requests_arrived"] = x.requests_arrived;
-    j["requests_completed"] = x.requests_completed;
-    j["requests_rejected"] = x.requests_rejected;
-    j["rejections"]["larger_than_pool"] = x.rejected_pool;
-    j["rejections"]["longer_than_max_context"] = x.rejected_context;
-    j["preemptions"] = x.preemptions;
-    j["steps"] = x.steps;
-    j["makespan_s"] = x.makespan_s;
-    j["busy_s"] = x.busy_s;
-    j["swap_s"] = x.swap_s;
-    j["tokens"]["input"] = x.input_tokens;
-    j["tokens"]["output"] = x.output_tokens;
-    j["tokens"]["computed"] = x.computed_tokens;
-    j["tokens"]["recomputed"] = x.recomputed_tokens;
-    j["tokens"]["prefix_hits"] = x.prefix_hit_tokens;
-    j["throughput_tokens_per_s"]["input"] = x.input_tokens_per_s;
-    j["throughput_tokens_per_s"]["output"] = x.output_tokens_per_s;
-    j["throughput_tokens_per_s"]["total"] = x.total_tokens_per_s;
-    j["ttft_s"] = latency_json(x.ttft);
-    j["tpot_s"] = latency_json(x.tpot);
-    j["e2e_s"] = latency_json(x.e2e);
-    j["queue_s"] = latency_json(x.queue);
-    j["kv_occupancy"]["peak"] = x.kv_peak;
-    j["kv_occupancy"]["mean"] = x.kv_mean;
-    j["kv_occupancy"]["peak_blocks"] = x.kv_peak_blocks;
-    j["fragmentation"] = x.fragmentation;
-    j["concurrency"]["peak"] = x.peak_running;
-    j["concurrency"]["mean"] = x.mean_running;
-    j["mean_step_tokens"] = x.mean_step_tokens;
-    list.push_back(std::move(j));
-  }
-  r.json["scenarios"] = std::move(list);
-  t.notes.push_back(
-      trace ? "workload: trace " + args.trace
-            : fmt::format("workload: {} arrivals{}{}, prompt {}, output {}, seed {}{}",
-                          arrival_name(workload.arrival),
-                          workload.duration_s ? fmt::format(" for {:g} s", *workload.duration_s)
-                                              : std::string(),
-                          workload.requests
-                              ? fmt::format(" (at most {} requests)", *workload.requests)
-                              : std::string(),
-                          describe(workload.prompt), describe(workload.output), workload.seed,
-                          workload.prefix.fraction > 0
-                              ? fmt::format("; {:g}% share one of {} prefixes of {} tokens",
-                                            workload.prefix.fraction * 100, workload.prefix.count,
-                                            workload.prefix.tokens)
-                              : std::string()));
-  t.notes.push_back(fmt::format("steps priced by the roofline ({}); {} preemption; throughput "
-                                "over the makespan (first arrival to last token); docs/simulate.md",
-                                ran.front().config.step.rates.source, preemption_name(preemption)));
-  r.csv = std::move(csv);
-  r.tables.push_back(std::move(t));
-  if (ran.size() == 1) {
-    const Scenario& s = ran.front();
-    const SimResult& x = s.result;
-    Table d;
-    d.title =
-        s.model + " on " + group_digits(s.config.step.parallel.gpus) + " × " + s.gpu + ": latency";
-    d.columns = {{"", "metric"},   {"mean", "mean_s"}, {"p50", "p50_s"},
-                 {"p90", "p90_s"}, {"p99", "p99_s"},   {"max", "max_s"}};
-    for (auto [name, l] : {std::pair{"TTFT", &x.ttft}, std::pair{"TPOT", &x.tpot},
-                           std::pair{"E2E", &x.e2e}, std::pair{"queueing", &x.queue}}) {
-      d.rows.push_back({Cell::text(name), latency_cell(*l, l->mean), latency_cell(*l, l->p50),
-                        latency_cell(*l, l->p90), latency_cell(*l, l->p99),
-                        latency_cell(*l, l->max)});
-    }
-    const SimConfig& sc = s.config;
-    std::string pool =
-        sc.pool_unit == "bytes" ? group_digits(sc.pool_blocks) + " B"
-        : sc.pool_unit == "tokens"
-            ? group_digits(sc.pool_blocks) + " tokens" +
-                  (sc.block_size == 1 ? std::string(" (token-granular)")
-                                      : " in pages of " + group_digits(sc.block_size))
-            : group_digits(sc.pool_blocks) + " blocks of " + group_digits(sc.block_size) +
-                  " tokens";
-    for (std::size_t p = 1; p < sc.pools.size(); ++p) {
-      pool += ", " + sc.pools[p].name + " " + group_digits(sc.pools[p].capacity) + " " +
-              sc.pools[p].unit;
-    }
-    d.notes.push_back(fmt::format(
-        "KV pool {}; fragmentation {:.1f}% of allocated slots; {} steps, "
-        "{:.1f} tokens each; mean concurrency {:.1f}; {} tokens recomputed, {} prefix tokens "
-        "reused; percentiles within 0.1%",
-        pool, x.fragmentation * 100, group_digits(x.steps), x.mean_step_tokens, x.mean_running,
-        group_digits(x.recomputed_tokens), group_digits(x.prefix_hit_tokens)));
-    r.tables.push_back(std::move(d));
-  }
+  render_simulation(r, args, in, scenarios, ran);
   emit(r, args.output, out, err);
   return 0;
 }

@@ -65,6 +65,14 @@ const Record::Entry* Record::find(std::string_view key) const {
 }
 
 const Record::Entry* Record::column(std::string_view key) const {
+  if (std::size_t dot = key.find('.'); dot != std::string_view::npos) {
+    for (const auto& e : m_entries) {
+      if (e.key == key.substr(0, dot) && e.kind == Kind::object) {
+        return e.records.front().column(key.substr(dot + 1));
+      }
+    }
+    return nullptr;
+  }
   for (const auto& e : m_entries) {
     if (e.key == key && e.shown.tables && e.kind == Kind::value) {
       return &e;
@@ -176,7 +184,7 @@ Table table_of(const std::vector<const Record*>& rows, const std::vector<ColumnR
         break;
       }
     }
-    t.columns.push_back({header, c.key});
+    t.columns.push_back({header, c.name.empty() ? c.key : c.name});
   }
   for (const Record* r : rows) {
     std::vector<Cell> row;

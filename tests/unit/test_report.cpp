@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <kvcalc/report/json.hpp>
+#include <kvcalc/report/record.hpp>
 #include <kvcalc/report/svg.hpp>
 #include <kvcalc/report/table.hpp>
 
@@ -60,6 +61,77 @@ TEST_CASE("JSON keeps key order and exact integers", "[report]") {
   CHECK(j.dump(0) ==
         R"({"z":1,"a":18446744073709551615,"s":"quote \" and \\ and \n","list":[0.5,null]})");
   CHECK(Json::array().dump() == "[]");
+}
+
+namespace {
+
+/// Two requests' figures as a command describes them: values for every output, a nested
+/// object, a tables-only label and a JSON-only list.
+std::vector<Record> two_runs() {
+  std::vector<Record> rows;
+  for (std::uint64_t n : {3ULL, 5ULL}) {
+    Record r;
+    r.value("model", "model", Cell::text(n == 3 ? "a" : "b"));
+    r.value("label", "label", Cell::text("run " + std::to_string(n)), k_tables_only);
+    r.strings("aliases", {"x", "y"});
+    Record& ttft = r.object("ttft_s");
+    ttft.value("p50", "p50", Cell::seconds(0.5 * static_cast<double>(n)));
+    ttft.value("count", Cell::count(n));
+    r.value("done", "done", n == 3 ? Cell::count(n) : Cell::empty().shown_as("does not fit"));
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+} // namespace
+
+TEST_CASE("a record's JSON keeps entry order, nesting and what only JSON shows", "[report]") {
+  std::vector<Record> rows = two_runs();
+  CHECK(rows[0].json().dump(0) ==
+        R"({"model":"a","aliases":["x","y"],"ttft_s":{"p50":1.5,"count":3},"done":3})");
+  // Where a value is missing JSON says null, not the "does not fit" people read.
+  CHECK(rows[1].json().dump(0) ==
+        R"({"model":"b","aliases":["x","y"],"ttft_s":{"p50":2.5,"count":5},"done":null})");
+}
+
+TEST_CASE("a view of records: dotted keys reach nested values, CSV names override keys",
+          "[report]") {
+  std::vector<Record> rows = two_runs();
+  Table t = table_of(rows, {{"model"},
+                            {"label"},
+                            {"ttft_s.p50", "TTFT p50", "ttft_p50_s"},
+                            {"aliases"},
+                            {"done"},
+                            {"missing"}});
+  REQUIRE(t.columns.size() == 6);
+  CHECK(t.columns[2].header == "TTFT p50");
+  CHECK(t.columns[2].key == "ttft_p50_s");
+  CHECK(t.columns[1].header == "label");
+  // A JSON-only list is no column: its cells are empty, as are those of a key no row has.
+  CHECK(std::holds_alternative<std::monostate>(t.rows[0][3].value));
+  CHECK(std::holds_alternative<std::monostate>(t.rows[1][5].value));
+  CHECK(render_csv(t) == "model,label,ttft_p50_s,aliases,done,missing\n"
+                         "a,run 3,1.5,,3,\n"
+                         "b,run 5,2.5,,,\n");
+  std::string text = render_text({t}, ByteUnits::iec);
+  CHECK(text.find("does not fit") != std::string::npos);
+  CHECK(text.find("2.500 s") != std::string::npos);
+}
+
+TEST_CASE("joined rows repeat the parent's values beside each child's", "[report]") {
+  Record model;
+  model.value("model", Cell::text("m"));
+  model.object("detail").value("ignored", Cell::count(1));
+  auto& contexts = model.list("contexts");
+  for (std::uint64_t tokens : {1024ULL, 2048ULL}) {
+    Record c;
+    c.value("context_tokens", Cell::tokens(tokens));
+    contexts.push_back(std::move(c));
+  }
+  std::vector<Record> flat = joined(model, "contexts");
+  REQUIRE(flat.size() == 2);
+  CHECK(render_csv(table_of(flat, {{"model"}, {"context_tokens"}, {"detail.ignored"}})) ==
+        "model,context_tokens,detail.ignored\nm,1024,\nm,2048,\n");
 }
 
 TEST_CASE("the SVG roofline has axes with units, ceilings and one marker per point",

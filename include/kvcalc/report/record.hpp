@@ -30,9 +30,9 @@ public:
     std::string header; ///< for people; empty where no table shows it
     Shown shown;
     Kind kind = Kind::value;
-    Cell cell;                      ///< a value
-    std::vector<Cell> items;        ///< values (JSON an array)
-    std::vector<Record> records;    ///< an object (one record) or a list
+    Cell cell;                   ///< a value
+    std::vector<Cell> items;     ///< values (JSON an array)
+    std::vector<Record> records; ///< an object (one record) or a list
   };
 
   /// A value with its column header.
@@ -53,7 +53,8 @@ public:
   [[nodiscard]] const Entry& at(std::string_view key) const;
   [[nodiscard]] const Entry* find(std::string_view key) const;
   /// The value entry of `key` that tables show (an entry may share its key with a JSON-only one:
-  /// aliases as a list for machines, as words for people).
+  /// aliases as a list for machines, as words for people). A dotted key ("ttft_s.p50") reaches
+  /// into nested objects.
   [[nodiscard]] const Entry* column(std::string_view key) const;
   /// The cell of value `key`, or an empty one.
   [[nodiscard]] Cell cell(std::string_view key) const;
@@ -67,11 +68,13 @@ private:
   std::vector<Entry> m_entries;
 };
 
-/// A column of a view: the key of a value entry, and a header for people when the record's own
-/// header does not suit ("" keeps it).
+/// A column of a view: the key of a value entry (dotted into nested objects), a header for
+/// people when the record's own header does not suit ("" keeps it), and the column's name in CSV
+/// when it is not the key ("" keeps it: a flat CSV names "ttft_s.p50" ttft_p50_s).
 struct ColumnRef {
   std::string key;
   std::string header = "";
+  std::string name = "";
 };
 
 /// A table of `rows`, one row per record, one column per `columns` entry; a row without the key
