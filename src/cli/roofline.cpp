@@ -11,6 +11,7 @@
 #include <kvcalc/core/file.hpp>
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/measure/measure.hpp>
+#include <kvcalc/report/record.hpp>
 #include <kvcalc/report/svg.hpp>
 #include <kvcalc/roofline/roofline.hpp>
 
@@ -71,22 +72,15 @@ std::vector<u64> parse_batches(const std::string& text, const std::string& flag)
   return out;
 }
 
-Json op_json(const Op& o) {
-  Json j = Json::object();
-  j["name"] = o.name;
-  j["dtype"] = o.dtype;
-  j["flops"] = o.flops;
-  j["bytes"] = o.bytes;
-  j["weight_bytes"] = o.weight_bytes;
-  j["activation_bytes"] = o.activation_bytes;
-  j["kv_bytes"] = o.kv_bytes;
-  j["intensity"] = o.intensity;
-  j["attainable_flops_per_s"] = o.attainable;
-  j["bound"] = o.communication ? "interconnect" : o.compute_bound ? "compute" : "memory";
-  j["time_s"] = o.time_s;
-  j["variant"] = o.variant.empty() ? Json() : Json(o.variant);
-  return j;
-}
+struct Scenario {
+  RooflineRequest request;
+  RooflineResult result;
+};
+
+struct Crossover {
+  std::string deployment; ///< "model on gpu, tp N"
+  MlaCrossover result;
+};
 
 std::string scenario_label(const RooflineRequest& q, const RooflineResult& r) {
   std::string label = q.model.name;
@@ -98,9 +92,14 @@ std::string scenario_label(const RooflineRequest& q, const RooflineResult& r) {
 
 /// The roofline of every op of every scenario and, for a batch sweep, throughput and time per
 /// token against batch.
-void write_plot(const std::string& path, const RooflineRequest& first,
-                const std::vector<std::pair<std::string, const RooflineResult*>>& results,
-                const std::vector<u64>& batches) {
+void write_plot(const std::string& path, const std::vector<Scenario>& scenarios) {
+  const RooflineRequest& first = scenarios.front().request;
+  std::vector<std::pair<std::string, const RooflineResult*>> results;
+  std::vector<u64> batches;
+  for (const auto& s : scenarios) {
+    results.emplace_back(scenario_label(s.request, s.result), &s.result);
+    batches.push_back(s.request.batch);
+  }
   RooflineChart chart;
   chart.title = "Roofline: " + first.gpu.display_name + " (" + first.rates.source + ")";
   chart.bandwidth_bytes_per_s = first.rates.bandwidth_bytes_per_s;
@@ -167,25 +166,51 @@ void write_plot(const std::string& path, const RooflineRequest& first,
   write_text_file(path, render_svg(chart, charts));
 }
 
-int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err) {
-  Rendered r;
-  std::vector<Model> models = load_models(args.models, r.warnings);
-  std::vector<std::string>& warnings = r.warnings;
-  Phase phase = args.phase;
-  std::vector<u64> contexts = args.contexts;
+/// What the command line asks, checked, with the ceilings: read or measured.
+struct RooflineInputs {
+  std::vector<u64> contexts;
+  Efficiency efficiency;
+  std::optional<DeviceProfile> profile;
+  std::vector<Gpu> devices;
+};
+
+/// The measured device's profile, after checking that the --gpu names fit it (before the probes
+/// take seconds).
+DeviceProfile measure_now(const RooflineArgs& args, const GpuCatalog& catalog,
+                          const std::string& how_to_measure, std::ostream& err) {
+  auto backend = make_measure_backend("auto");
+  DeviceProfile planned;
+  planned.backend = backend->name();
+  planned.device = backend->device();
+  planned.file = "(measured now)";
+  std::vector<std::string> ignored; // the real check after measuring says them
+  (void)deployment_devices(args.parallel, planned, catalog, how_to_measure, ignored);
+  MeasureOptions options; // probes only: the roofline needs the ceilings
+  if (isatty(2) != 0) {
+    options.progress = [&err](const std::string& what) {
+      err << "kvcalc: measuring " << what << '\n';
+    };
+  }
+  return to_device_profile(run_measure(*backend, options), "(measured now)");
+}
+
+RooflineInputs read_inputs(const RooflineArgs& args, const std::vector<Model>& models,
+                           std::vector<std::string>& warnings, std::ostream& err) {
+  RooflineInputs in;
+  in.contexts = args.contexts;
   if (args.prompt) {
-    if (phase != Phase::prefill) {
+    if (args.phase != Phase::prefill) {
       throw InputError("--prompt is the prefill length; add --phase prefill or use --context");
     }
-    contexts = *args.prompt;
+    in.contexts = *args.prompt;
   }
-  const std::vector<u64>& batches = args.batches;
-  u64 query = args.query;
-  if (phase == Phase::prefill && query != 1) {
+  if (args.phase == Phase::prefill && args.query != 1) {
     throw InputError("--query is decode's tokens per step (extend: the chunk); a prefill step "
                      "takes the whole prompt, --prompt or --context");
   }
-  const std::vector<MlaMode>& modes = args.mla;
+  if (args.mla_crossover && !args.plot.empty()) {
+    throw InputError("--plot draws the roofline of the steps; --mla-crossover has none to draw");
+  }
   if (args.mla_given) {
     for (const Model& m : models) {
       if (m.attention.kind != AttentionKind::mla) {
@@ -195,10 +220,9 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
       }
     }
   }
-  NaiveKv naive_kv = args.naive_kv;
-  Efficiency efficiency = parse_efficiency(args.efficiency, "--efficiency");
+  in.efficiency = parse_efficiency(args.efficiency, "--efficiency");
   if (!args.device_profile.empty() || args.measure) {
-    if (efficiency.given) {
+    if (in.efficiency.given) {
       throw InputError("--efficiency and measured ceilings (--device-profile, --measure) both "
                        "set the ceilings; give one");
     }
@@ -206,227 +230,228 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
       throw InputError("--measure measures the ceilings --device-profile would give; choose one");
     }
   }
-  std::optional<DeviceProfile> profile = read_device_profile(args.device_profile);
   const std::string how_to_measure =
       "add --measure, or a --device-profile that kvcalc measure wrote";
   GpuCatalog catalog(args.parallel.gpu_file);
-  if (args.measure) {
-    auto backend = make_measure_backend("auto");
-    // The devices are checked against what will be measured before the probes take seconds.
-    DeviceProfile planned;
-    planned.backend = backend->name();
-    planned.device = backend->device();
-    planned.file = "(measured now)";
-    std::vector<std::string> ignored; // the real run below says them
-    (void)deployment_devices(args.parallel, planned, catalog, how_to_measure, ignored);
-    MeasureOptions options; // probes only: the roofline needs the ceilings
-    if (isatty(2) != 0) {
-      options.progress = [&err](const std::string& what) {
-        err << "kvcalc: measuring " << what << '\n';
-      };
-    }
-    profile = to_device_profile(run_measure(*backend, options), "(measured now)");
-  }
-  std::vector<Gpu> devices =
-      deployment_devices(args.parallel, profile, catalog, how_to_measure, warnings);
+  in.profile = args.measure ? measure_now(args, catalog, how_to_measure, err)
+                            : read_device_profile(args.device_profile);
+  in.devices = deployment_devices(args.parallel, in.profile, catalog, how_to_measure, warnings);
+  return in;
+}
 
-  struct Scenario {
-    RooflineRequest request;
-    RooflineResult result;
-  };
-  std::vector<Scenario> scenarios;
-  std::vector<std::pair<std::string, MlaCrossover>> crossovers;
+/// Every model on every GPU and tp: one request each, before the sweep of modes, contexts and
+/// batches.
+std::vector<RooflineRequest> base_requests(const RooflineArgs& args, const RooflineInputs& in,
+                                           const std::vector<Model>& models) {
+  std::vector<RooflineRequest> out;
   for (const Model& m : models) {
-    bool mla = m.attention.kind == AttentionKind::mla;
-    for (const Gpu& gpu : devices) {
+    for (const Gpu& gpu : in.devices) {
       for (u64 tp : args.parallel.tps) {
-        RooflineRequest req;
+        RooflineRequest& req = out.emplace_back();
         req.model = m;
         req.gpu = gpu;
-        req.rates = profile ? device_rates(gpu, *profile)
-                            : device_rates(gpu, efficiency.bandwidth, efficiency.flops);
+        req.rates = in.profile ? device_rates(gpu, *in.profile)
+                               : device_rates(gpu, in.efficiency.bandwidth, in.efficiency.flops);
         req.cache = args.cache;
         req.weight_dtype = args.parallel.weight_dtype;
         req.parallel.tp = tp;
         req.parallel.pp = args.parallel.pp;
         req.parallel.ep = args.parallel.ep;
         req.parallel.dp_attention = args.parallel.dp_attention;
-        req.phase = phase;
-        req.query = query;
-        req.naive_kv = naive_kv;
+        req.phase = args.phase;
+        req.query = args.query;
+        req.naive_kv = args.naive_kv;
         req.communication = !args.no_communication;
-        if (args.mla_crossover) {
-          for (u64 c : contexts) {
-            RooflineRequest x = req;
-            x.batch = batches.front();
-            x.context = c;
-            crossovers.emplace_back(m.name + " on " + gpu.name + ", tp " + group_digits(tp),
-                                    mla_crossover(x));
-          }
-          continue;
-        }
-        for (MlaMode mode : mla ? modes : std::vector<MlaMode>{MlaMode::automatic}) {
-          for (u64 c : contexts) {
-            for (u64 b : batches) {
-              RooflineRequest x = req;
-              x.mla = mode;
-              x.context = c;
-              x.batch = b;
-              scenarios.push_back({x, compute_roofline(x)});
-            }
-          }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Scenario> run_scenarios(const RooflineArgs& args, const RooflineInputs& in,
+                                    const std::vector<Model>& models,
+                                    std::vector<std::string>& warnings) {
+  std::vector<Scenario> scenarios;
+  for (const RooflineRequest& req : base_requests(args, in, models)) {
+    bool mla = req.model.attention.kind == AttentionKind::mla;
+    for (MlaMode mode : mla ? args.mla : std::vector<MlaMode>{MlaMode::automatic}) {
+      for (u64 c : in.contexts) {
+        for (u64 b : args.batches) {
+          RooflineRequest x = req;
+          x.mla = mode;
+          x.context = c;
+          x.batch = b;
+          Scenario& s = scenarios.emplace_back(Scenario{x, compute_roofline(x)});
+          warnings.insert(warnings.end(), s.result.notes.begin(), s.result.notes.end());
         }
       }
     }
   }
+  return scenarios;
+}
 
-  r.json = json_header(args.mla_crossover ? "roofline-mla-crossover" : "roofline");
-  if (args.mla_crossover) {
-    Table t;
-    t.title = "MLA: where absorbed stops paying (chunks of s tokens over a prefix of P)";
-    t.columns = {{"deployment", "deployment"},
-                 {"prefix P", "prefix"},
-                 {"FLOP ratio s·t_eff/P", "flop_ratio"},
-                 {"s at equal FLOPs", "flop_query"},
-                 {"s where naive is faster", "time_query"}};
-    Json list = Json::array();
-    bool flops_never = false;
-    for (const auto& [who, c] : crossovers) {
-      t.rows.push_back({Cell::text(who), Cell::count(c.prefix),
-                        c.flop_ratio ? Cell::number(*c.flop_ratio) : Cell::text("never"),
-                        c.flop_query ? Cell::number(*c.flop_query) : Cell::text("never"),
-                        c.time_query ? Cell::count(c.time_query) : Cell::text("none")});
-      if (!c.flop_ratio) {
-        flops_never = true;
-      }
-      Json j = Json::object();
-      j["deployment"] = who;
-      j["prefix"] = c.prefix;
-      j["flop_ratio"] = c.flop_ratio ? Json(*c.flop_ratio) : Json();
-      j["flop_query"] = c.flop_query ? Json(*c.flop_query) : Json();
-      j["time_query"] = c.time_query ? Json(c.time_query) : Json();
-      list.push_back(std::move(j));
+std::vector<Crossover> run_crossovers(const RooflineArgs& args, const RooflineInputs& in,
+                                      const std::vector<Model>& models) {
+  std::vector<Crossover> out;
+  for (RooflineRequest req : base_requests(args, in, models)) {
+    req.batch = args.batches.front();
+    for (u64 c : in.contexts) {
+      req.context = c;
+      out.push_back(
+          {req.model.name + " on " + req.gpu.name + ", tp " + group_digits(req.parallel.tp),
+           mla_crossover(req)});
     }
-    t.notes.push_back("absorbed costs fewer FLOPs while s·t_eff/P stays below the ratio; the time "
-                      "crossover differs because the two modes sit on opposite sides of the ridge");
-    if (flops_never) {
-      t.notes.push_back("'never': with 2·d_c ≤ d_nope + d_v the latent is so narrow that absorbed "
-                        "costs fewer FLOPs at every s");
-    }
-    r.json["crossovers"] = std::move(list);
-    r.csv = t;
-    r.tables.push_back(std::move(t));
-    if (!args.plot.empty()) {
-      throw InputError("--plot draws the roofline of the steps; --mla-crossover has none to draw");
-    }
-    emit(r, args.output, out, err);
-    return 0;
   }
+  return out;
+}
 
-  Table summary;
-  summary.columns = {{"model", "model"},
-                     {"gpu", "gpu"},
-                     {"tp", "tp"},
-                     {"phase", "phase"},
-                     {"mla", "mla"},
-                     {"batch", "batch"},
-                     {"context", "context"},
-                     {"s", "query"},
-                     {"step", "time_s"},
-                     {"tokens/s", "tokens_per_s"},
-                     {"per token", "time_per_token_s"},
-                     {"dominant op", "dominant"}};
-  Json list = Json::array();
-  for (const auto& sc : scenarios) {
-    const RooflineRequest& q = sc.request;
-    const RooflineResult& res = sc.result;
-    bool mla = q.model.attention.kind == AttentionKind::mla;
-    std::vector<Cell> row{Cell::text(q.model.name),
-                          Cell::text(q.gpu.name),
-                          Cell::count(q.parallel.tp),
-                          Cell::text(std::string(phase_name(q.phase))),
-                          Cell::text(mla ? std::string(mla_mode_name(res.mla)) : "-"),
-                          Cell::count(q.batch),
-                          Cell::count(q.context),
-                          Cell::count(res.query),
-                          Cell::seconds((res.time_s)),
-                          Cell::number(res.tokens_per_s),
-                          Cell::seconds((res.time_per_token_s)),
-                          Cell::text(res.dominant)};
-    summary.rows.push_back(std::move(row));
-    Json j = Json::object();
-    j["model"] = q.model.name;
-    j["gpu"] = q.gpu.name;
-    j["tp"] = q.parallel.tp;
-    j["phase"] = std::string(phase_name(q.phase));
-    j["mla"] = mla ? Json(std::string(mla_mode_name(res.mla))) : Json();
-    j["batch"] = q.batch;
-    j["context"] = q.context;
-    j["query_tokens"] = res.query;
-    j["attended_tokens"] = res.attended;
-    j["attended_effective"] = res.attended_effective;
-    j["heads_per_gpu"] = res.heads;
-    j["layers_per_gpu"] = res.layers;
-    j["rates"] = res.rates_source;
-    Json ops = Json::array();
-    for (const Op& o : res.ops) {
-      ops.push_back(op_json(o));
-    }
-    j["ops"] = std::move(ops);
-    j["total"]["flops"] = res.flops;
-    j["total"]["bytes"] = res.bytes;
-    j["total"]["time_s"] = res.time_s;
-    j["total"]["tokens_per_s"] = res.tokens_per_s;
-    j["total"]["time_per_token_s"] = res.time_per_token_s;
-    j["dominant"] = res.dominant;
-    list.push_back(std::move(j));
-    warnings.insert(warnings.end(), res.notes.begin(), res.notes.end());
+Record describe_op(const Op& o, double step_s) {
+  Record r;
+  r.value("name", "op", Cell::text(o.name));
+  r.value("dtype", "dtype", Cell::text(o.dtype));
+  r.value("flops", "FLOPs", Cell::flop(o.flops));
+  r.value("bytes", "bytes", Cell::byte_estimate(o.bytes));
+  r.value("weight_bytes", Cell::byte_estimate(o.weight_bytes));
+  r.value("activation_bytes", Cell::byte_estimate(o.activation_bytes));
+  r.value("kv_bytes", Cell::byte_estimate(o.kv_bytes));
+  r.value("intensity", "FLOP/B", Cell::number(o.intensity));
+  r.value("attainable_flops_per_s", Cell::flops(o.attainable));
+  r.value("bound", "bound",
+          o.communication   ? Cell::text("interconnect").shown_as("link")
+          : o.compute_bound ? Cell::text("compute")
+                            : Cell::text("memory"));
+  r.value("time_s", "time", Cell::seconds(o.time_s));
+  r.value("variant", o.variant.empty() ? Cell::empty() : Cell::text(o.variant));
+  r.value("share", "share", Cell::share(o.time_s / step_s), k_tables_only);
+  return r;
+}
+
+/// One step: the deployment, the step's shape on each GPU, every op and the totals.
+Record describe_step(const Scenario& s) {
+  const RooflineRequest& q = s.request;
+  const RooflineResult& res = s.result;
+  bool mla = q.model.attention.kind == AttentionKind::mla;
+  Record r;
+  r.value("model", "model", Cell::text(q.model.name));
+  r.value("gpu", "gpu", Cell::text(q.gpu.name));
+  r.value("tp", "tp", Cell::count(q.parallel.tp));
+  r.value("phase", "phase", Cell::text(std::string(phase_name(q.phase))));
+  r.value("mla", "mla", mla ? Cell::text(std::string(mla_mode_name(res.mla))) : Cell::empty());
+  r.value("batch", "batch", Cell::count(q.batch));
+  r.value("context", "context", Cell::count(q.context));
+  r.value("query_tokens", "s", Cell::count(res.query));
+  r.value("attended_tokens", Cell::count(res.attended));
+  r.value("attended_effective", Cell::number(res.attended_effective));
+  r.value("heads_per_gpu", Cell::number(res.heads));
+  r.value("layers_per_gpu", Cell::count(res.layers));
+  r.value("rates", Cell::text(res.rates_source));
+  auto& ops = r.list("ops");
+  for (const Op& o : res.ops) {
+    ops.push_back(describe_op(o, res.time_s));
   }
+  Record& total = r.object("total");
+  total.value("flops", Cell::flop(res.flops));
+  total.value("bytes", Cell::byte_estimate(res.bytes));
+  total.value("time_s", "step", Cell::seconds(res.time_s));
+  total.value("tokens_per_s", "tokens/s", Cell::number(res.tokens_per_s));
+  total.value("time_per_token_s", "per token", Cell::seconds(res.time_per_token_s));
+  r.value("dominant", "dominant op", Cell::text(res.dominant));
+  return r;
+}
+
+Record describe_crossover(const Crossover& c) {
+  const MlaCrossover& x = c.result;
+  Record r;
+  r.value("deployment", "deployment", Cell::text(c.deployment));
+  r.value("prefix", "prefix P", Cell::count(x.prefix));
+  r.value("flop_ratio", "FLOP ratio s·t_eff/P",
+          x.flop_ratio ? Cell::number(*x.flop_ratio) : Cell::empty().shown_as("never"));
+  r.value("flop_query", "s at equal FLOPs",
+          x.flop_query ? Cell::number(*x.flop_query) : Cell::empty().shown_as("never"));
+  r.value("time_query", "s where naive is faster",
+          x.time_query ? Cell::count(x.time_query) : Cell::empty().shown_as("none"));
+  return r;
+}
+
+void render_crossovers(Rendered& r, const std::vector<Crossover>& crossovers) {
+  std::vector<Record> described;
+  for (const Crossover& c : crossovers) {
+    described.push_back(describe_crossover(c));
+  }
+  r.json = json_header("roofline-mla-crossover");
+  r.json["crossovers"] = json_of(described);
+  Table t = table_of(described,
+                     {{"deployment"}, {"prefix"}, {"flop_ratio"}, {"flop_query"}, {"time_query"}});
+  t.title = "MLA: where absorbed stops paying (chunks of s tokens over a prefix of P)";
+  t.notes.push_back("absorbed costs fewer FLOPs while s·t_eff/P stays below the ratio; the time "
+                    "crossover differs because the two modes sit on opposite sides of the ridge");
+  if (std::any_of(crossovers.begin(), crossovers.end(),
+                  [](const Crossover& c) { return !c.result.flop_ratio; })) {
+    t.notes.push_back("'never': with 2·d_c ≤ d_nope + d_v the latent is so narrow that absorbed "
+                      "costs fewer FLOPs at every s");
+  }
+  r.csv = t;
+  r.tables.push_back(std::move(t));
+}
+
+void render_steps(Rendered& r, const RooflineArgs& args, const std::vector<Scenario>& scenarios) {
+  std::vector<Record> described;
+  for (const Scenario& s : scenarios) {
+    described.push_back(describe_step(s));
+  }
+  r.json = json_header("roofline");
+  r.json["scenarios"] = json_of(described);
+  Table summary = table_of(described, {{"model"},
+                                       {"gpu"},
+                                       {"tp"},
+                                       {"phase"},
+                                       {"mla"},
+                                       {"batch"},
+                                       {"context"},
+                                       {"query_tokens", "", "query"},
+                                       {"total.time_s", "", "time_s"},
+                                       {"total.tokens_per_s", "", "tokens_per_s"},
+                                       {"total.time_per_token_s", "", "time_per_token_s"},
+                                       {"dominant"}});
   summary.notes.push_back("ceilings: " + scenarios.front().result.rates_source +
                           "; ops run one after another (no overlap)");
-  r.json["scenarios"] = std::move(list);
   r.csv = summary;
   r.tables.push_back(std::move(summary));
-  if (args.ops || scenarios.size() == 1) {
-    for (const auto& sc : scenarios) {
-      Table t;
-      t.title = sc.request.model.name + " on " + sc.request.gpu.name + ", batch " +
-                group_digits(sc.request.batch) + ", context " + group_digits(sc.request.context) +
-                (sc.request.model.attention.kind == AttentionKind::mla
-                     ? ", " + std::string(mla_mode_name(sc.result.mla))
-                     : "");
-      t.columns = {{"op", "op"},       {"dtype", "dtype"},      {"FLOPs", "flops"},
-                   {"bytes", "bytes"}, {"FLOP/B", "intensity"}, {"bound", "bound"},
-                   {"time", "time_s"}, {"share", "share"}};
-      for (const Op& o : sc.result.ops) {
-        t.rows.push_back({Cell::text(o.name), Cell::text(o.dtype), Cell::flop(o.flops),
-                          Cell::bytes(static_cast<u64>(o.bytes)), Cell::number(o.intensity),
-                          Cell::text(o.communication   ? "link"
-                                     : o.compute_bound ? "compute"
-                                                       : "memory"),
-                          Cell::seconds((o.time_s)), Cell::share(o.time_s / sc.result.time_s)});
-      }
-      r.tables.push_back(std::move(t));
-    }
+  if (!args.ops && scenarios.size() > 1) {
+    return;
   }
-  if (!args.plot.empty()) {
-    write_plot(
-        args.plot, scenarios.front().request,
-        [&] {
-          std::vector<std::pair<std::string, const RooflineResult*>> labelled;
-          for (const auto& sc : scenarios) {
-            labelled.emplace_back(scenario_label(sc.request, sc.result), &sc.result);
-          }
-          return labelled;
-        }(),
-        [&] {
-          std::vector<u64> b;
-          for (const auto& sc : scenarios) {
-            b.push_back(sc.request.batch);
-          }
-          return b;
-        }());
-    err << "kvcalc: wrote " << args.plot << '\n';
+  for (std::size_t i = 0; i < scenarios.size(); ++i) {
+    const RooflineRequest& q = scenarios[i].request;
+    Table t = table_of(described[i].records("ops"), {{"name"},
+                                                     {"dtype"},
+                                                     {"flops"},
+                                                     {"bytes"},
+                                                     {"intensity"},
+                                                     {"bound"},
+                                                     {"time_s"},
+                                                     {"share"}});
+    t.title = q.model.name + " on " + q.gpu.name + ", batch " + group_digits(q.batch) +
+              ", context " + group_digits(q.context) +
+              (q.model.attention.kind == AttentionKind::mla
+                   ? ", " + std::string(mla_mode_name(scenarios[i].result.mla))
+                   : "");
+    r.tables.push_back(std::move(t));
+  }
+}
+
+int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err) {
+  Rendered r;
+  std::vector<Model> models = load_models(args.models, r.warnings);
+  RooflineInputs in = read_inputs(args, models, r.warnings, err);
+  if (args.mla_crossover) {
+    render_crossovers(r, run_crossovers(args, in, models));
+  } else {
+    std::vector<Scenario> scenarios = run_scenarios(args, in, models, r.warnings);
+    if (!args.plot.empty()) {
+      write_plot(args.plot, scenarios);
+      err << "kvcalc: wrote " << args.plot << '\n';
+    }
+    render_steps(r, args, scenarios);
   }
   emit(r, args.output, out, err);
   return 0;

@@ -86,6 +86,11 @@ std::string format_cell(const Cell& cell, ByteUnits units) {
   }
   double d = std::get<double>(cell.value);
   switch (cell.unit) {
+  case Unit::bytes: // whole bytes, as counted ones are; past the range, the range's end
+    return human_bytes(d >= 0x1p64 ? UINT64_MAX
+                       : d >= 0    ? static_cast<std::uint64_t>(d)
+                                   : 0,
+                       units);
   case Unit::percent:
     return fmt::format("{}{:.1f}%", d > 0 ? "+" : "", d * 100.0);
   case Unit::ratio:

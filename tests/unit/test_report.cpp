@@ -25,6 +25,11 @@ TEST_CASE("cells format by unit", "[report]") {
   CHECK(format_cell(Cell::percent(0.25), ByteUnits::iec) == "+25.0%");
   CHECK(format_cell(Cell::ratio(28.444), ByteUnits::iec) == "28.4x");
   CHECK(format_cell(Cell::empty(), ByteUnits::iec) == "-");
+  // An estimated byte count shows the whole bytes below it, and never wraps.
+  CHECK(format_cell(Cell::byte_estimate(511.9), ByteUnits::iec) == "511 B");
+  CHECK(format_cell(Cell::byte_estimate(1.5 * 1024 * 1024), ByteUnits::iec) == "1.500 MiB");
+  CHECK(format_cell(Cell::byte_estimate(-1), ByteUnits::iec) == "0 B");
+  CHECK(format_cell(Cell::byte_estimate(1e300), ByteUnits::iec) == "16.00 EiB");
 }
 
 TEST_CASE("text tables align numbers right and text left", "[report]") {

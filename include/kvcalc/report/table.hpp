@@ -42,6 +42,8 @@ struct Cell {
   static Cell count(std::uint64_t v) { return {v, Unit::count, {}}; }
   static Cell bytes(std::uint64_t v) { return {v, Unit::bytes, {}}; }
   static Cell bytes_exact(std::uint64_t v) { return {v, Unit::bytes_exact, {}}; }
+  /// Bytes a model estimates (a roofline op's traffic): kept as computed, shown as whole bytes.
+  static Cell byte_estimate(double v) { return {v, Unit::bytes, {}}; }
   static Cell ratio(double v) { return {v, Unit::ratio, {}}; }
   static Cell percent(double fraction) { return {fraction, Unit::percent, {}}; }
   static Cell number(double v) { return {v, Unit::number, {}}; }
