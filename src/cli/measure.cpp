@@ -12,6 +12,7 @@
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/measure/measure.hpp>
+#include <kvcalc/report/record.hpp>
 
 #include "command.hpp"
 
@@ -50,6 +51,138 @@ MeasureOptions measure_options(const MeasureArgs& args, std::string_view backend
   return o;
 }
 
+Record describe_probes(const ProbeResults& p) {
+  Record r;
+  r.value("bandwidth_bytes_per_s", "bandwidth ceiling (read)",
+          Cell::bytes_per_s(p.bandwidth_bytes_per_s));
+  r.value("read_bytes_per_s", "read", Cell::bytes_per_s(p.read_bytes_per_s));
+  r.value("copy_bytes_per_s", "copy (read + write)", Cell::bytes_per_s(p.copy_bytes_per_s));
+  r.value("triad_bytes_per_s", "triad (2 reads + write)", Cell::bytes_per_s(p.triad_bytes_per_s));
+  r.value("fma_fp32_flops_per_s", "FMA loop fp32", Cell::flops(p.fma_flops_per_s));
+  r.value("fma_bf16_flops_per_s", "FMA loop bf16 pairs",
+          p.fma_bf16_flops_per_s ? Cell::flops(*p.fma_bf16_flops_per_s) : Cell::empty());
+  Record& gemm = r.object("flops_per_s");
+  for (const auto& field : k_peak_flops_fields) {
+    const auto& value = p.gemm_flops_per_s.*field.value;
+    gemm.value(std::string(field.name), "GEMM " + std::string(field.name),
+               value ? Cell::flops(*value) : Cell::empty());
+  }
+  return r;
+}
+
+Record describe_kernel(const KernelMeasurement& k) {
+  Record r;
+  r.value("name", "kernel", Cell::text(k.name));
+  Record& config = r.object("config");
+  config.value("heads", "heads", Cell::count(k.config.heads));
+  config.value("batch", "batch", Cell::count(k.config.batch));
+  config.value("context", "context", Cell::count(k.config.context));
+  config.value("query", "query", Cell::count(k.config.query));
+  r.value("time_s", "time", Cell::seconds(k.time_s));
+  r.value("flops", Cell::flop(k.cost.flops));
+  r.value("bytes", Cell::byte_estimate(k.cost.bytes));
+  r.value("achieved_bytes_per_s", "achieved B/s", Cell::bytes_per_s(k.achieved_bytes_per_s));
+  r.value("achieved_flops_per_s", "achieved FLOP/s", Cell::flops(k.achieved_flops_per_s));
+  r.value("predicted_time_s", "predicted", Cell::seconds(k.predicted_time_s));
+  r.value("roofline_fraction", "of roofline", Cell::share(k.roofline_fraction));
+  r.value("max_abs_error", "max |err|", Cell::number(k.max_abs_error));
+  r.value("cos_diff", "cos diff", Cell::number(k.cos_diff));
+  if (!k.phases.empty()) {
+    Record& by_name = r.object("phases_s");
+    auto& rows = r.list("phases", k_tables_only);
+    double sum = 0;
+    for (const KernelPhase& phase : k.phases) {
+      sum += phase.time_s;
+    }
+    for (const KernelPhase& phase : k.phases) {
+      by_name.value(phase.name, Cell::seconds(phase.time_s));
+      Record& row = rows.emplace_back();
+      row.value("phase", "phase", Cell::text(phase.name));
+      row.value("time_s", "time", Cell::seconds(phase.time_s));
+      row.value("share", "share", Cell::share(sum > 0 ? phase.time_s / sum : 0));
+    }
+  }
+  return r;
+}
+
+/// Measured against predicted naive/absorbed ratio, configuration by configuration.
+std::vector<std::string> ratio_notes(const MeasureResult& m) {
+  std::vector<std::string> notes;
+  for (std::size_t i = 0; i + 1 < m.kernels.size(); i += 2) {
+    const KernelMeasurement& a = m.kernels[i];
+    const KernelMeasurement& n = m.kernels[i + 1];
+    double measured = n.time_s / a.time_s;
+    double predicted = n.predicted_time_s / a.predicted_time_s;
+    notes.push_back(fmt::format(
+        "heads {}, batch {}, context {}: naive/absorbed measured {:.2f}x, predicted {:.2f}x "
+        "({:+.0f}%)",
+        a.config.heads, a.config.batch, a.config.context, measured, predicted,
+        (measured / predicted - 1) * 100));
+  }
+  return notes;
+}
+
+void render_measurement(Rendered& r, const MeasureResult& m) {
+  Record probes = describe_probes(m.probes);
+  std::vector<Record> kernels;
+  for (const KernelMeasurement& k : m.kernels) {
+    kernels.push_back(describe_kernel(k));
+  }
+  r.json = json_header("measure");
+  r.json["backend"] = m.backend;
+  r.json["device"] = m.device;
+  r.json["threads"] = static_cast<std::uint64_t>(m.threads);
+  r.json["date"] = m.date;
+  r.json["probes"] = probes.json();
+  r.json["kernels"] = json_of(kernels);
+
+  Table probe_table =
+      fields_of(probes,
+                {"read_bytes_per_s", "copy_bytes_per_s", "triad_bytes_per_s",
+                 "bandwidth_bytes_per_s", "fma_fp32_flops_per_s", "fma_bf16_flops_per_s",
+                 "flops_per_s.fp32", "flops_per_s.fp16", "flops_per_s.bf16"},
+                {"probe", "probe"}, {"rate", "rate"});
+  probe_table.title = "Probes on " + m.device + " (" + m.backend + ")";
+  r.tables.push_back(std::move(probe_table));
+
+  std::vector<ColumnRef> shape = {{"name"},
+                                  {"config.heads", "", "heads"},
+                                  {"config.batch", "", "batch"},
+                                  {"config.context", "", "context"}};
+  std::vector<ColumnRef> columns = shape;
+  for (const char* key : {"time_s", "achieved_bytes_per_s", "achieved_flops_per_s",
+                          "predicted_time_s", "roofline_fraction", "max_abs_error", "cos_diff"}) {
+    columns.push_back({key});
+  }
+  Table kernel_table = table_of(kernels, columns);
+  kernel_table.title = m.backend == "fake"
+                           ? "MLA decode on the fake backend: fixed figures, no kernel runs"
+                           : "MLA decode (d_c 512, d_R 64, d_nope 128, d_v 128; paged by 64), "
+                             "checked against a double reference before timing; median time";
+  kernel_table.notes = ratio_notes(m);
+  r.csv = kernel_table;
+  r.tables.push_back(std::move(kernel_table));
+
+  std::vector<Record> phases;
+  for (const Record& k : kernels) {
+    if (k.find("phases")) {
+      for (Record& row : joined(k, "phases")) {
+        phases.push_back(std::move(row));
+      }
+    }
+  }
+  if (!phases.empty()) {
+    columns = shape;
+    columns.insert(columns.end(), {{"phase"}, {"time_s"}, {"share"}});
+    Table phase_table = table_of(phases, columns);
+    phase_table.title = m.backend == "fake"
+                            ? "Phases of each kernel on the fake backend: fixed shares"
+                            : "Phases of each kernel, CUDA events between them (median over the "
+                              "timed runs, phase by phase)";
+    r.tables.push_back(std::move(phase_table));
+  }
+}
+
 int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream& err) {
   auto backend = make_measure_backend(args.backend);
   MeasureResult m = run_measure(*backend, measure_options(args, backend->name(), err));
@@ -57,136 +190,8 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
     write_text_file(args.profile, device_profile_yaml(to_device_profile(m, args.profile)));
     err << "kvcalc: wrote " << args.profile << '\n';
   }
-
   Rendered r;
-  r.json = json_header("measure");
-  r.json["backend"] = m.backend;
-  r.json["device"] = m.device;
-  r.json["threads"] = static_cast<std::uint64_t>(m.threads);
-  r.json["date"] = m.date;
-  const ProbeResults& p = m.probes;
-  Json& pj = r.json["probes"];
-  pj["bandwidth_bytes_per_s"] = p.bandwidth_bytes_per_s;
-  pj["read_bytes_per_s"] = p.read_bytes_per_s;
-  pj["copy_bytes_per_s"] = p.copy_bytes_per_s;
-  pj["triad_bytes_per_s"] = p.triad_bytes_per_s;
-  pj["fma_fp32_flops_per_s"] = p.fma_flops_per_s;
-  pj["fma_bf16_flops_per_s"] = p.fma_bf16_flops_per_s ? Json(*p.fma_bf16_flops_per_s) : Json();
-  pj["flops_per_s"] = peak_flops_json(p.gemm_flops_per_s);
-
-  Table probes;
-  probes.title = "Probes on " + m.device + " (" + m.backend + ")";
-  probes.columns = {{"probe", "probe"}, {"rate", "rate"}};
-  probes.rows = {
-      {Cell::text("read"), Cell::bytes_per_s(p.read_bytes_per_s)},
-      {Cell::text("copy (read + write)"), Cell::bytes_per_s(p.copy_bytes_per_s)},
-      {Cell::text("triad (2 reads + write)"), Cell::bytes_per_s(p.triad_bytes_per_s)},
-      {Cell::text("bandwidth ceiling (read)"), Cell::bytes_per_s(p.bandwidth_bytes_per_s)},
-      {Cell::text("FMA loop fp32"), Cell::flops(p.fma_flops_per_s)}};
-  if (p.fma_bf16_flops_per_s) {
-    probes.rows.push_back(
-        {Cell::text("FMA loop bf16 pairs"), Cell::flops(*p.fma_bf16_flops_per_s)});
-  }
-  for (auto [name, value] : {std::pair{"GEMM fp32", p.gemm_flops_per_s.fp32},
-                             std::pair{"GEMM fp16", p.gemm_flops_per_s.fp16},
-                             std::pair{"GEMM bf16", p.gemm_flops_per_s.bf16}}) {
-    if (value) {
-      probes.rows.push_back({Cell::text(name), Cell::flops(*value)});
-    }
-  }
-  r.tables.push_back(std::move(probes));
-
-  Table kernels;
-  kernels.title = m.backend == "fake"
-                      ? "MLA decode on the fake backend: fixed figures, no kernel runs"
-                      : "MLA decode (d_c 512, d_R 64, d_nope 128, d_v 128; paged by 64), "
-                        "checked against a double reference before timing; median time";
-  kernels.columns = {{"kernel", "name"},
-                     {"heads", "heads"},
-                     {"batch", "batch"},
-                     {"context", "context"},
-                     {"time", "time_s"},
-                     {"achieved B/s", "achieved_bytes_per_s"},
-                     {"achieved FLOP/s", "achieved_flops_per_s"},
-                     {"predicted", "predicted_time_s"},
-                     {"of roofline", "roofline_fraction"},
-                     {"max |err|", "max_abs_error"},
-                     {"cos diff", "cos_diff"}};
-  Json list = Json::array();
-  for (const KernelMeasurement& k : m.kernels) {
-    std::vector<Cell> row{Cell::text(k.name),
-                          Cell::count(k.config.heads),
-                          Cell::count(k.config.batch),
-                          Cell::count(k.config.context),
-                          Cell::seconds((k.time_s)),
-                          Cell::bytes_per_s(k.achieved_bytes_per_s),
-                          Cell::flops(k.achieved_flops_per_s),
-                          Cell::seconds((k.predicted_time_s)),
-                          Cell::share(k.roofline_fraction),
-                          Cell::number(k.max_abs_error),
-                          Cell::number(k.cos_diff)};
-    kernels.rows.push_back(std::move(row));
-    Json j = Json::object();
-    j["name"] = k.name;
-    j["config"]["heads"] = k.config.heads;
-    j["config"]["batch"] = k.config.batch;
-    j["config"]["context"] = k.config.context;
-    j["config"]["query"] = k.config.query;
-    j["time_s"] = k.time_s;
-    j["flops"] = k.cost.flops;
-    j["bytes"] = k.cost.bytes;
-    j["achieved_bytes_per_s"] = k.achieved_bytes_per_s;
-    j["achieved_flops_per_s"] = k.achieved_flops_per_s;
-    j["predicted_time_s"] = k.predicted_time_s;
-    j["roofline_fraction"] = k.roofline_fraction;
-    j["max_abs_error"] = k.max_abs_error;
-    j["cos_diff"] = k.cos_diff;
-    if (!k.phases.empty()) {
-      Json& phases = j["phases_s"];
-      phases = Json::object();
-      for (const KernelPhase& phase : k.phases) {
-        phases[phase.name] = phase.time_s;
-      }
-    }
-    list.push_back(std::move(j));
-  }
-  // Measured against predicted naive/absorbed ratio, configuration by configuration.
-  for (std::size_t i = 0; i + 1 < m.kernels.size(); i += 2) {
-    const KernelMeasurement& a = m.kernels[i];
-    const KernelMeasurement& n = m.kernels[i + 1];
-    double measured = n.time_s / a.time_s;
-    double predicted = n.predicted_time_s / a.predicted_time_s;
-    kernels.notes.push_back(fmt::format(
-        "heads {}, batch {}, context {}: naive/absorbed measured {:.2f}x, predicted {:.2f}x "
-        "({:+.0f}%)",
-        a.config.heads, a.config.batch, a.config.context, measured, predicted,
-        (measured / predicted - 1) * 100));
-  }
-  r.json["kernels"] = std::move(list);
-  r.csv = kernels;
-  r.tables.push_back(std::move(kernels));
-
-  Table phases;
-  phases.title = "Phases of each kernel, CUDA events between them (median over the timed runs, "
-                 "phase by phase)";
-  phases.columns = {{"kernel", "name"},     {"heads", "heads"}, {"batch", "batch"},
-                    {"context", "context"}, {"phase", "phase"}, {"time", "time_s"},
-                    {"share", "share"}};
-  for (const KernelMeasurement& k : m.kernels) {
-    double sum = 0;
-    for (const KernelPhase& phase : k.phases) {
-      sum += phase.time_s;
-    }
-    for (const KernelPhase& phase : k.phases) {
-      phases.rows.push_back({Cell::text(k.name), Cell::count(k.config.heads),
-                             Cell::count(k.config.batch), Cell::count(k.config.context),
-                             Cell::text(phase.name), Cell::seconds(phase.time_s),
-                             Cell::share(sum > 0 ? phase.time_s / sum : 0)});
-    }
-  }
-  if (!phases.rows.empty()) {
-    r.tables.push_back(std::move(phases));
-  }
+  render_measurement(r, m);
   emit(r, args.output, out, err);
   return 0;
 }

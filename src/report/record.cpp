@@ -149,20 +149,28 @@ Json Record::json() const {
 std::vector<Record> joined(const Record& parent, std::string_view key) {
   std::vector<Record> out;
   for (const Record& child : parent.records(key)) {
-    Record row;
+    Record row = child;
     for (const auto& e : parent.entries()) {
-      if (e.kind == Record::Kind::value) {
-        row.value(e.key, e.header, e.cell, e.shown);
-      }
-    }
-    for (const auto& e : child.entries()) {
-      if (e.kind == Record::Kind::value) {
-        row.value(e.key, e.header, e.cell, e.shown);
+      if (e.key != key && !child.find(e.key)) {
+        row.m_entries.push_back(e);
       }
     }
     out.push_back(std::move(row));
   }
   return out;
+}
+
+Table fields_of(const Record& record, const std::vector<std::string>& keys, Column name_column,
+                Column value_column) {
+  Table t;
+  t.columns = {std::move(name_column), std::move(value_column)};
+  for (const auto& key : keys) {
+    const Record::Entry* e = record.column(key);
+    if (e && !std::holds_alternative<std::monostate>(e->cell.value)) {
+      t.rows.push_back({Cell::text(e->header), e->cell});
+    }
+  }
+  return t;
 }
 
 Json json_of(const std::vector<Record>& rows) {

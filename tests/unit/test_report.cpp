@@ -123,20 +123,36 @@ TEST_CASE("a view of records: dotted keys reach nested values, CSV names overrid
   CHECK(text.find("2.500 s") != std::string::npos);
 }
 
-TEST_CASE("joined rows repeat the parent's values beside each child's", "[report]") {
-  Record model;
-  model.value("model", Cell::text("m"));
-  model.object("detail").value("ignored", Cell::count(1));
-  auto& contexts = model.list("contexts");
-  for (std::uint64_t tokens : {1024ULL, 2048ULL}) {
-    Record c;
-    c.value("context_tokens", Cell::tokens(tokens));
-    contexts.push_back(std::move(c));
+TEST_CASE("joined rows: the child's values first, then the parent's it does not name", "[report]") {
+  Record kernel;
+  kernel.value("name", Cell::text("k"));
+  kernel.value("time_s", Cell::seconds(3));
+  kernel.object("config").value("heads", Cell::count(16));
+  auto& phases = kernel.list("phases");
+  for (double t : {1.0, 2.0}) {
+    Record p;
+    p.value("time_s", Cell::seconds(t));
+    phases.push_back(std::move(p));
   }
-  std::vector<Record> flat = joined(model, "contexts");
+  std::vector<Record> flat = joined(kernel, "phases");
   REQUIRE(flat.size() == 2);
-  CHECK(render_csv(table_of(flat, {{"model"}, {"context_tokens"}, {"detail.ignored"}})) ==
-        "model,context_tokens,detail.ignored\nm,1024,\nm,2048,\n");
+  // The phase's own time, not the kernel's; nested parent objects stay reachable.
+  CHECK(render_csv(table_of(flat, {{"name"}, {"time_s"}, {"config.heads", "", "heads"}})) ==
+        "name,time_s,heads\nk,1,16\nk,2,16\n");
+  CHECK(flat[0].find("phases") == nullptr);
+}
+
+TEST_CASE("a record on its side: a row per field that holds a value", "[report]") {
+  Record probes;
+  probes.value("read", "read", Cell::bytes_per_s(1e11));
+  probes.value("bf16", "FMA bf16", Cell::empty());
+  probes.object("gemm").value("fp32", "GEMM fp32", Cell::flops(1e12));
+  Table t = fields_of(probes, {"read", "bf16", "gemm.fp32", "gemm.fp8"}, {"probe", "probe"},
+                      {"rate", "rate"});
+  REQUIRE(t.rows.size() == 2);
+  CHECK(format_cell(t.rows[0][0], ByteUnits::iec) == "read");
+  CHECK(format_cell(t.rows[1][0], ByteUnits::iec) == "GEMM fp32");
+  CHECK(format_cell(t.rows[1][1], ByteUnits::iec) == "1.000 TFLOP/s");
 }
 
 TEST_CASE("the SVG roofline has axes with units, ceilings and one marker per point",

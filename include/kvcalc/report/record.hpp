@@ -65,6 +65,7 @@ public:
   [[nodiscard]] Json json() const;
 
 private:
+  friend std::vector<Record> joined(const Record& parent, std::string_view key);
   std::vector<Entry> m_entries;
 };
 
@@ -84,8 +85,14 @@ struct ColumnRef {
 [[nodiscard]] Table table_of(const std::vector<const Record*>& rows,
                              const std::vector<ColumnRef>& columns);
 
-/// One record per record of `parent`'s list `key`, holding the parent's values and then its
-/// own: the rows of a flat CSV (a model's fields on each of its contexts).
+/// A table of one record turned on its side: a row per key of `keys` (dotted into nested objects)
+/// that holds a value, its header beside its cell (a device's probes, a rate per row).
+[[nodiscard]] Table fields_of(const Record& record, const std::vector<std::string>& keys,
+                              Column name_column, Column value_column);
+
+/// One record per record of `parent`'s list `key`, holding the child's entries and then the
+/// parent's that the child does not name: the rows of a flat CSV (a model's fields on each of
+/// its contexts, a kernel's on each of its phases).
 [[nodiscard]] std::vector<Record> joined(const Record& parent, std::string_view key);
 
 /// A JSON array of records.
