@@ -9,6 +9,7 @@
 #include <kvcalc/core/error.hpp>
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/report/record.hpp>
 #include <kvcalc/roofline/roofline.hpp>
 
 #include "deployment.hpp"
@@ -72,115 +73,171 @@ std::optional<FullLoad> full_load(const Scenario& s, const ContextCapacity& x,
   }
 }
 
-Json pool_groups_json(const CapacityResult& c) {
-  Json pool = Json::array();
+void describe_pool_groups(std::vector<Record>& out, const CapacityResult& c) {
   for (const PoolGroup& g : c.pool_groups) {
-    Json gj = Json::object();
-    gj["kind"] = g.kind;
-    gj["layers"] = g.layers;
-    gj["groups"] = g.groups;
-    gj["block_size"] = g.block_size ? Json(g.block_size) : Json();
-    gj["page_bytes"] = g.page_bytes;
-    gj["capacity"] = g.capacity ? Json(g.capacity) : Json();
-    pool.push_back(std::move(gj));
+    Record& r = out.emplace_back();
+    r.value("kind", Cell::text(g.kind));
+    r.value("layers", Cell::count(g.layers));
+    r.value("groups", Cell::count(g.groups));
+    r.value("block_size", g.block_size ? Cell::count(g.block_size) : Cell::empty());
+    r.value("page_bytes", Cell::bytes_exact(g.page_bytes));
+    r.value("capacity", g.capacity ? Cell::count(g.capacity) : Cell::empty());
   }
-  return pool;
 }
 
-/// One scenario's JSON at one context (none with only --max-context-at).
-Json scenario_json(const Scenario& s, const ContextCapacity* x, const std::optional<FullLoad>* load,
-                   bool profiled, const CapacityArgs& args) {
+/// One scenario at one context (none with only --max-context-at): a JSON object and a row.
+/// Where a scenario does not fit, people read "does not fit" and "-" where its pool would be;
+/// JSON and CSV keep the numbers.
+Record describe_row(const Scenario& s, const ContextCapacity* x,
+                    const std::optional<FullLoad>* load, bool profiled, const CapacityArgs& args) {
   const CapacityResult& c = s.result;
-  Json j = Json::object();
-  j["model"] = s.request.model.name;
-  j["gpu"] = c.gpu;
-  j["engine"] = std::string(engine_name(c.engine));
-  j["gpus"] = c.parallel.gpus;
-  j["tp"] = c.parallel.tp;
-  j["pp"] = c.parallel.pp;
-  j["ep"] = c.parallel.ep;
-  j["dcp"] = c.parallel.dcp;
-  j["dp_attention"] = c.parallel.dp_attention;
-  j["replicas"] = c.replicas;
-  j["kv_pools"] = c.kv_pools;
-  j["weight_dtype"] = std::string(dtype_name(c.weight_dtype));
-  j["kv_cache"] = describe(c.cache);
-  j["memory_bytes_per_gpu"] = c.memory_bytes;
-  j["memory_fraction"] = c.engine == Engine::plain ? Json() : Json(c.memory_fraction);
-  j["weights_bytes_per_gpu"] = c.weights_bytes_per_gpu;
-  j["other_non_kv_bytes_per_gpu"] = c.other_non_kv_bytes_per_gpu;
-  j["non_kv_estimated"] = c.non_kv_estimated;
-  j["kv_pool_bytes_per_gpu"] = c.kv_pool_bytes_per_gpu;
-  j["kv_bytes_per_token_per_gpu"] = c.kv_bytes_per_token_per_gpu;
-  j["kv_tokens"] = c.kv_tokens;
-  j["block_size"] = c.block_size ? Json(c.block_size) : Json();
-  j["num_blocks"] = c.num_blocks ? Json(c.num_blocks) : Json();
-  j["max_batched_tokens"] = c.max_batched_tokens;
-  j["engine_rules"] = c.engine_rules;
-  j["pool_groups"] = pool_groups_json(c);
-  j["state_slots"] = c.state_slots ? Json(c.state_slots) : Json();
-  j["fits"] = c.fits;
-  j["reason"] = c.fits ? Json() : Json(c.reason);
+  Record r;
+  r.value("model", "model", Cell::text(s.request.model.name));
+  r.value("gpu", "gpu", Cell::text(c.gpu));
+  r.value("engine", "engine", Cell::text(std::string(engine_name(c.engine))));
+  r.value("gpus", "gpus", Cell::count(c.parallel.gpus));
+  r.value("tp", "tp", Cell::count(c.parallel.tp));
+  r.value("pp", Cell::count(c.parallel.pp));
+  r.value("ep", Cell::count(c.parallel.ep));
+  r.value("dcp", Cell::count(c.parallel.dcp));
+  r.value("dp_attention", Cell::flag(c.parallel.dp_attention));
+  r.value("replicas", Cell::count(c.replicas));
+  r.value("kv_pools", Cell::count(c.kv_pools));
+  r.value("weight_dtype", Cell::text(std::string(dtype_name(c.weight_dtype))));
+  r.value("kv_cache", Cell::text(describe(c.cache)));
+  r.value("memory_bytes_per_gpu", Cell::bytes(c.memory_bytes));
+  r.value("memory_fraction",
+          c.engine == Engine::plain ? Cell::empty() : Cell::number(c.memory_fraction));
+  r.value("weights_bytes_per_gpu", "weights/GPU", Cell::bytes(c.weights_bytes_per_gpu));
+  r.value("other_non_kv_bytes_per_gpu", Cell::bytes(c.other_non_kv_bytes_per_gpu));
+  r.value("non_kv_estimated", Cell::flag(c.non_kv_estimated));
+  Cell pool = Cell::bytes(c.kv_pool_bytes_per_gpu);
+  r.value("kv_pool_bytes_per_gpu", "KV pool/GPU", c.fits ? pool : pool.shown_as("does not fit"));
+  r.value("kv_bytes_per_token_per_gpu", "KV/token/GPU",
+          Cell::bytes_exact(c.kv_bytes_per_token_per_gpu));
+  Cell tokens = Cell::count(c.kv_tokens);
+  r.value("kv_tokens", "KV tokens", c.fits ? tokens : tokens.shown_as("-"));
+  r.value("block_size", c.block_size ? Cell::count(c.block_size) : Cell::empty());
+  r.value("num_blocks", "blocks", c.num_blocks ? Cell::count(c.num_blocks) : Cell::empty());
+  r.value("max_batched_tokens", Cell::count(c.max_batched_tokens));
+  r.value("engine_rules", Cell::text(c.engine_rules));
+  describe_pool_groups(r.list("pool_groups"), c);
+  r.value("state_slots", c.state_slots ? Cell::count(c.state_slots) : Cell::empty());
+  r.value("fits", Cell::flag(c.fits));
+  r.value("reason", c.fits ? Cell::empty() : Cell::text(c.reason));
   if (x) {
-    j["context"] = x->tokens;
-    j["max_sequences"] = x->max_sequences;
-    j["max_concurrency"] = x->max_concurrency;
-    j["blocks_per_sequence"] = x->blocks_per_sequence ? Json(x->blocks_per_sequence) : Json();
-    j["kv_bytes_per_sequence_per_gpu"] = x->bytes_per_sequence;
+    r.value("context", "context", Cell::tokens(x->tokens));
+    r.value("max_sequences", "max seqs", Cell::count(x->max_sequences));
+    Cell concurrency = Cell::ratio(x->max_concurrency);
+    r.value("max_concurrency", "concurrency", c.fits ? concurrency : concurrency.shown_as("-"));
+    r.value("blocks_per_sequence",
+            x->blocks_per_sequence ? Cell::count(x->blocks_per_sequence) : Cell::empty());
+    r.value("kv_bytes_per_sequence_per_gpu", Cell::bytes(x->bytes_per_sequence));
     if (profiled) {
-      Json d = Json::object();
-      d["batch_per_replica"] = *load ? Json((*load)->batch_per_replica) : Json();
-      d["step_s"] = *load ? Json((*load)->step_s) : Json();
-      d["tokens_per_s"] = *load ? Json((*load)->tokens_per_s) : Json();
-      j["decode_at_max_sequences"] = std::move(d);
+      bool timed = load && *load;
+      Record& d = r.object("decode_at_max_sequences");
+      d.value("batch_per_replica", timed ? Cell::count((*load)->batch_per_replica) : Cell::empty());
+      d.value("step_s", "decode step", timed ? Cell::seconds((*load)->step_s) : Cell::empty());
+      d.value("tokens_per_s", "decode tok/s",
+              timed ? Cell::number((*load)->tokens_per_s) : Cell::empty());
     }
   } else {
-    j["context"] = Json();
+    r.value("context", Cell::empty(), k_json_only);
+    // The row shows the context --max-context-at found.
+    r.value("context", "context",
+            c.max_context_at ? Cell::tokens(*c.max_context_at) : Cell::empty(), k_tables_only);
   }
   if (c.max_context_at) {
-    j["max_context_at"]["sequences"] = *args.max_context_at;
-    j["max_context_at"]["context"] = *c.max_context_at;
-    j["max_context_at"]["limited_by"] = c.max_context_capped ? "max_context" : "kv_cache";
+    Record& m = r.object("max_context_at");
+    m.value("sequences", Cell::count(*args.max_context_at));
+    m.value("context", Cell::count(*c.max_context_at));
+    m.value("limited_by", Cell::text(c.max_context_capped ? "max_context" : "kv_cache"));
   }
   if (args.explain) {
-    j["derivation"] = string_array(render_derivation(c.derivation));
+    r.strings("derivation", render_derivation(c.derivation));
   }
-  return j;
-}
-
-/// One row at one context; `exact_context`: the CSV's raw token count instead of "4k".
-std::vector<Cell> scenario_row(const Scenario& s, const ContextCapacity* x,
-                               std::optional<u64> tokens, const std::optional<FullLoad>* load,
-                               bool profiled, bool exact_context) {
-  const CapacityResult& c = s.result;
-  Cell context = !tokens         ? Cell::empty()
-                 : exact_context ? Cell::count(*tokens)
-                                 : Cell::text(context_label(*tokens));
-  std::vector<Cell> cells{Cell::text(s.request.model.name),
-                          Cell::text(c.gpu),
-                          Cell::count(c.parallel.gpus),
-                          Cell::count(c.parallel.tp),
-                          Cell::text(std::string(engine_name(c.engine))),
-                          Cell::bytes(c.weights_bytes_per_gpu),
-                          c.fits ? Cell::bytes(c.kv_pool_bytes_per_gpu)
-                                 : Cell::text("does not fit"),
-                          Cell::bytes_exact(c.kv_bytes_per_token_per_gpu),
-                          c.fits ? Cell::count(c.kv_tokens) : Cell::empty(),
-                          c.num_blocks ? Cell::count(c.num_blocks) : Cell::empty(),
-                          std::move(context),
-                          x ? Cell::count(x->max_sequences) : Cell::empty(),
-                          x && c.fits ? Cell::ratio(x->max_concurrency) : Cell::empty()};
-  if (profiled) {
-    bool timed = load && *load;
-    cells.push_back(timed ? Cell::seconds((*load)->step_s) : Cell::empty());
-    cells.push_back(timed ? Cell::number((*load)->tokens_per_s) : Cell::empty());
-  }
-  return cells;
+  return r;
 }
 
 std::string who(const Scenario& s) {
   return s.request.model.name + " on " + s.result.gpu + " (tp " +
          group_digits(s.result.parallel.tp) + ")";
+}
+
+/// Every model on every GPU and tp, sized, and with a profile its decode step at full load.
+std::vector<Scenario> run_scenarios(const CapacityArgs& args, const std::vector<u64>& contexts,
+                                    const std::vector<Model>& models,
+                                    const std::optional<DeviceProfile>& profile,
+                                    const std::vector<Gpu>& devices,
+                                    std::set<std::string>& unmodelled,
+                                    std::vector<std::string>& warnings) {
+  std::vector<Scenario> scenarios;
+  for (auto& req : capacity_requests(models, args.cache, args.parallel, args.engine,
+                                     args.block_size, devices, contexts, args.max_context_at)) {
+    req.explain = args.explain;
+    Scenario s{req, compute_capacity(req), {}};
+    for (const auto& note : s.result.notes) {
+      warnings.push_back(req.model.name + " on " + req.gpu.name + ": " + note);
+    }
+    for (const auto& x : s.result.contexts) {
+      s.loads.push_back(profile ? full_load(s, x, *profile, unmodelled) : std::nullopt);
+    }
+    scenarios.push_back(std::move(s));
+  }
+  return scenarios;
+}
+
+/// What people read under the table: why a scenario does not fit, the longest contexts found,
+/// the figures as vLLM's log prints them, and what kvcalc estimated.
+std::vector<std::string> capacity_notes(const CapacityArgs& args,
+                                        const std::vector<Scenario>& scenarios,
+                                        const std::set<std::string>& unmodelled) {
+  std::vector<std::string> notes;
+  std::vector<std::string> logs;
+  for (const Scenario& s : scenarios) {
+    const CapacityResult& c = s.result;
+    if (c.engine == Engine::vllm && c.fits) {
+      for (const ContextCapacity& x : c.contexts) {
+        logs.push_back(fmt::format("{} on {} (tp {}): GPU KV cache size: {} tokens; # GPU blocks: "
+                                   "{}; Maximum concurrency for {} tokens per request: {:.2f}x",
+                                   s.request.model.name, c.gpu, c.parallel.tp,
+                                   group_digits(c.kv_tokens), c.num_blocks, group_digits(x.tokens),
+                                   x.max_concurrency));
+      }
+    }
+    if (!c.fits) {
+      notes.push_back(who(s) + ": " + c.reason);
+    }
+    if (c.max_context_at) {
+      notes.push_back(
+          who(s) + ": longest context holding " + group_digits(*args.max_context_at) +
+          " sequences: " + group_digits(*c.max_context_at) + " tokens" +
+          (c.max_context_capped ? " (the model's max_context; the KV cache holds more)" : ""));
+    }
+  }
+  notes.insert(notes.end(), logs.begin(), logs.end());
+  notes.insert(notes.end(), unmodelled.begin(), unmodelled.end());
+  if (std::any_of(scenarios.begin(), scenarios.end(),
+                  [](const Scenario& s) { return s.result.non_kv_estimated; })) {
+    notes.push_back("non-KV memory besides weights is kvcalc's estimate (docs/formulas.md); "
+                    "give --non-kv-memory or --kv-cache-memory from the engine's log for its "
+                    "exact figures");
+  }
+  return notes;
+}
+
+/// --explain: each scenario's budget, step by step, after the table.
+std::vector<std::string> derivations(const std::vector<Scenario>& scenarios) {
+  std::vector<std::string> lines;
+  for (const Scenario& s : scenarios) {
+    const CapacityResult& c = s.result;
+    lines.emplace_back();
+    lines.push_back(s.request.model.name + " on " + c.gpu + ", tp " + group_digits(c.parallel.tp) +
+                    ", " + std::string(engine_name(c.engine)) + ":");
+    std::vector<std::string> steps = render_derivation(c.derivation);
+    lines.insert(lines.end(), steps.begin(), steps.end());
+  }
+  return lines;
 }
 
 int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err) {
@@ -194,96 +251,47 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
   std::vector<Gpu> devices =
       deployment_devices(args.parallel, profile, GpuCatalog(args.parallel.gpu_file),
                          "add a --device-profile that kvcalc measure wrote", r.warnings);
-
-  // Compute every scenario, and with a profile its decode step at full load, before describing.
-  std::vector<Scenario> scenarios;
   std::set<std::string> unmodelled; // models the roofline cannot time, said once each
-  for (auto& req : capacity_requests(models, args.cache, args.parallel, args.engine,
-                                     args.block_size, devices, contexts, args.max_context_at)) {
-    req.explain = args.explain;
-    Scenario s{req, compute_capacity(req), {}};
-    for (const auto& note : s.result.notes) {
-      r.warnings.push_back(req.model.name + " on " + req.gpu.name + ": " + note);
-    }
-    for (const auto& x : s.result.contexts) {
-      s.loads.push_back(profile ? full_load(s, x, *profile, unmodelled) : std::nullopt);
-    }
-    scenarios.push_back(std::move(s));
-  }
+  std::vector<Scenario> scenarios =
+      run_scenarios(args, contexts, models, profile, devices, unmodelled, r.warnings);
 
-  r.json = json_header("capacity");
-  Json list = Json::array();
-  Table t;
-  t.columns = {{"model", "model"},
-               {"gpu", "gpu"},
-               {"gpus", "gpus"},
-               {"tp", "tp"},
-               {"engine", "engine"},
-               {"weights/GPU", "weights_bytes_per_gpu"},
-               {"KV pool/GPU", "kv_pool_bytes_per_gpu"},
-               {"KV/token/GPU", "kv_bytes_per_token_per_gpu"},
-               {"KV tokens", "kv_tokens"},
-               {"blocks", "num_blocks"},
-               {"context", "context"},
-               {"max seqs", "max_sequences"},
-               {"concurrency", "max_concurrency"}};
-  if (profile) {
-    t.columns.push_back({"decode step", "decode_step_s"});
-    t.columns.push_back({"decode tok/s", "decode_tokens_per_s"});
-  }
-  Table csv = t;
-  std::vector<std::string> logs;
+  std::vector<Record> rows;
   for (const Scenario& s : scenarios) {
-    const CapacityResult& c = s.result;
-    for (std::size_t i = 0; i < c.contexts.size(); ++i) {
-      const ContextCapacity& x = c.contexts[i];
-      list.push_back(scenario_json(s, &x, &s.loads[i], profile.has_value(), args));
-      t.rows.push_back(scenario_row(s, &x, x.tokens, &s.loads[i], profile.has_value(), false));
-      csv.rows.push_back(scenario_row(s, &x, x.tokens, &s.loads[i], profile.has_value(), true));
-      if (c.engine == Engine::vllm && c.fits) {
-        logs.push_back(fmt::format("{} on {} (tp {}): GPU KV cache size: {} tokens; # GPU blocks: "
-                                   "{}; Maximum concurrency for {} tokens per request: {:.2f}x",
-                                   s.request.model.name, c.gpu, c.parallel.tp,
-                                   group_digits(c.kv_tokens), c.num_blocks, group_digits(x.tokens),
-                                   x.max_concurrency));
-      }
+    for (std::size_t i = 0; i < s.result.contexts.size(); ++i) {
+      rows.push_back(
+          describe_row(s, &s.result.contexts[i], &s.loads[i], profile.has_value(), args));
     }
-    if (c.contexts.empty()) {
-      list.push_back(scenario_json(s, nullptr, nullptr, profile.has_value(), args));
-      t.rows.push_back(
-          scenario_row(s, nullptr, c.max_context_at, nullptr, profile.has_value(), false));
-      csv.rows.push_back(
-          scenario_row(s, nullptr, c.max_context_at, nullptr, profile.has_value(), true));
-    }
-    if (!c.fits) {
-      t.notes.push_back(who(s) + ": " + c.reason);
-    }
-    if (c.max_context_at) {
-      t.notes.push_back(
-          who(s) + ": longest context holding " + group_digits(*args.max_context_at) +
-          " sequences: " + group_digits(*c.max_context_at) + " tokens" +
-          (c.max_context_capped ? " (the model's max_context; the KV cache holds more)" : ""));
-    }
-    if (args.explain) {
-      r.text_after.emplace_back();
-      r.text_after.push_back(s.request.model.name + " on " + c.gpu + ", tp " +
-                             group_digits(c.parallel.tp) + ", " +
-                             std::string(engine_name(c.engine)) + ":");
-      std::vector<std::string> lines = render_derivation(c.derivation);
-      r.text_after.insert(r.text_after.end(), lines.begin(), lines.end());
+    if (s.result.contexts.empty()) {
+      rows.push_back(describe_row(s, nullptr, nullptr, profile.has_value(), args));
     }
   }
-  t.notes.insert(t.notes.end(), logs.begin(), logs.end());
-  t.notes.insert(t.notes.end(), unmodelled.begin(), unmodelled.end());
-  if (std::any_of(scenarios.begin(), scenarios.end(),
-                  [](const Scenario& s) { return s.result.non_kv_estimated; })) {
-    t.notes.push_back("non-KV memory besides weights is kvcalc's estimate (docs/formulas.md); "
-                      "give --non-kv-memory or --kv-cache-memory from the engine's log for its "
-                      "exact figures");
+  r.json = json_header("capacity");
+  r.json["scenarios"] = json_of(rows);
+  std::vector<ColumnRef> columns = {{"model"},
+                                    {"gpu"},
+                                    {"gpus"},
+                                    {"tp"},
+                                    {"engine"},
+                                    {"weights_bytes_per_gpu"},
+                                    {"kv_pool_bytes_per_gpu"},
+                                    {"kv_bytes_per_token_per_gpu"},
+                                    {"kv_tokens"},
+                                    {"num_blocks"},
+                                    {"context"},
+                                    {"max_sequences"},
+                                    {"max_concurrency"}};
+  if (profile) {
+    columns.push_back({"decode_at_max_sequences.step_s", "", "decode_step_s"});
+    columns.push_back({"decode_at_max_sequences.tokens_per_s", "", "decode_tokens_per_s"});
   }
-  r.json["scenarios"] = std::move(list);
-  r.csv = std::move(csv);
+  Table t = table_of(rows, columns);
+  t.notes = capacity_notes(args, scenarios, unmodelled);
+  columns.push_back({"fits"}); // CSV: a row that does not fit carries its numbers and says so
+  r.csv = table_of(rows, columns);
   r.tables.push_back(std::move(t));
+  if (args.explain) {
+    r.text_after = derivations(scenarios);
+  }
   emit(r, args.output, out, err);
   return 0;
 }

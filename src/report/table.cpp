@@ -51,8 +51,9 @@ std::string significant(double v, int digits) {
   return fmt::format("{:.{}f}", v, decimals);
 }
 
+/// Right-aligned: figures. Text, flags and context labels ("128k", "1M") read as labels.
 bool numeric(const Cell& c) {
-  return c.unit != Unit::text && c.unit != Unit::flag;
+  return c.unit != Unit::text && c.unit != Unit::flag && c.unit != Unit::tokens;
 }
 
 } // namespace
