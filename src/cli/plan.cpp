@@ -8,6 +8,7 @@
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/core/version.hpp>
 #include <kvcalc/plan/plan.hpp>
+#include <kvcalc/report/record.hpp>
 
 #include "command.hpp"
 
@@ -32,21 +33,80 @@ std::string setup(const ScenarioResult& s) {
          std::string(dtype_name(c.weight_dtype)) + ", KV " + describe(c.cache);
 }
 
-/// A requirement's bound as a number: sequences or tokens, a share of memory; null for `fits`.
-Json threshold_json(const Requirement& q) {
+/// A requirement's bound as a number: sequences or tokens, a share of memory; none for `fits`.
+Cell threshold_cell(const Requirement& q) {
   if (q.kind == RequirementKind::fits) {
-    return Json();
+    return Cell::empty();
   }
-  return is_share(q.kind) ? Json(q.share) : Json(q.value);
+  return is_share(q.kind) ? Cell::number(q.share) : Cell::count(q.value);
 }
 
-/// What the scenario reached, in the threshold's unit; `fits`: true or false.
-Json actual_json(const RequirementResult& r) {
+/// What the scenario reached, in the threshold's unit (`fits`: true or false); people read the
+/// text beside it.
+Cell actual_cell(const RequirementResult& r) {
   RequirementKind k = r.requirement.kind;
-  if (k == RequirementKind::fits) {
-    return Json(r.passed);
+  Cell c = k == RequirementKind::fits ? Cell::flag(r.passed)
+           : is_share(k)              ? Cell::number(r.actual_share)
+                                      : Cell::count(r.actual_count);
+  return c.shown_as(r.actual);
+}
+
+Record describe_requirement(const RequirementResult& q) {
+  const Requirement& req = q.requirement;
+  Record r;
+  r.value("kind", Cell::text(std::string(k_requirement_kinds.name(req.kind))));
+  r.value("requirement", "requirement", Cell::text(q.text));
+  r.value("threshold", threshold_cell(req));
+  r.value("context",
+          req.kind == RequirementKind::min_sequences ? Cell::count(req.context) : Cell::empty());
+  r.value("sequences",
+          req.kind == RequirementKind::min_context ? Cell::count(req.sequences) : Cell::empty());
+  r.value("actual", "actual", actual_cell(q));
+  r.value("actual_text", Cell::text(q.actual));
+  r.value("passed", "verdict", Cell::flag(q.passed).shown_as(q.passed ? "PASS" : "FAIL"));
+  r.value("where", Cell::text(req.where.str()));
+  return r;
+}
+
+Record describe_scenario(const ScenarioResult& s) {
+  const CapacityResult& c = s.capacity;
+  Record r;
+  r.value("name", "scenario", Cell::text(s.scenario->name));
+  r.value("model", Cell::text(s.model.name));
+  r.value("gpu", Cell::text(c.gpu));
+  r.value("gpus", Cell::count(c.parallel.gpus));
+  r.value("tp", Cell::count(c.parallel.tp));
+  r.value("engine", Cell::text(std::string(engine_name(c.engine))));
+  r.value("kv_pool_bytes_per_gpu", Cell::bytes(c.kv_pool_bytes_per_gpu));
+  r.value("kv_tokens", Cell::count(c.kv_tokens));
+  r.value("non_kv_estimated", Cell::flag(c.non_kv_estimated));
+  r.value("fits", Cell::flag(c.fits));
+  r.value("passed", Cell::flag(s.passed()));
+  auto& requirements = r.list("requirements");
+  for (const RequirementResult& q : s.requirements) {
+    requirements.push_back(describe_requirement(q));
   }
-  return is_share(k) ? Json(r.actual_share) : Json(r.actual_count);
+  return r;
+}
+
+/// The Markdown report a CI job summary shows: a section per scenario, the verdict, the
+/// caveats, and which kvcalc said so.
+std::string plan_report(const std::string& file, const std::vector<ScenarioResult>& results,
+                        const std::vector<std::string>& notes) {
+  std::string md = "# Capacity plan: " + file + "\n\n";
+  for (const ScenarioResult& s : results) {
+    md += "## " + s.scenario->name + ": " + (s.passed() ? "PASS" : "FAIL") + "\n\n" + setup(s) +
+          "\n\n| requirement | actual | verdict |\n| --- | --- | --- |\n";
+    for (const RequirementResult& q : s.requirements) {
+      md += "| " + q.text + " | " + q.actual + " | " + (q.passed ? "PASS" : "**FAIL**") + " |\n";
+    }
+    md += "\n";
+  }
+  md += "**" + notes.front() + "**\n";
+  for (std::size_t i = 1; i < notes.size(); ++i) {
+    md += "\n" + notes[i] + ".\n";
+  }
+  return md + "\n_kvcalc " + std::string(version()) + ", `kvcalc plan " + file + "`_\n";
 }
 
 struct PlanArgs {
@@ -62,98 +122,48 @@ int run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err) {
   std::vector<ScenarioResult> results = evaluate_plan(plan, diagnostics);
   r.warnings = diagnostics.warnings;
 
-  u64 total = 0;
+  std::vector<Record> scenarios;
+  std::vector<Record> rows; // a requirement each, with its scenario's values
   u64 failed = 0;
-  r.json = json_header("plan");
-  r.json["plan"] = args.file;
-  Table t;
-  t.columns = {{"scenario", "scenario"},
-               {"requirement", "requirement"},
-               {"actual", "actual"},
-               {"verdict", "verdict"}};
-  Table csv;
-  csv.columns = {{"", "scenario"},  {"", "kind"},        {"", "requirement"},
-                 {"", "threshold"}, {"", "context"},     {"", "sequences"},
-                 {"", "actual"},    {"", "actual_text"}, {"", "passed"}};
-  std::string md = "# Capacity plan: " + args.file + "\n\n";
-  Json scenarios = Json::array();
   bool estimated = false;
   for (const ScenarioResult& s : results) {
-    estimated = estimated || s.capacity.non_kv_estimated;
-    Json sj = Json::object();
-    sj["name"] = s.scenario->name;
-    sj["model"] = s.model.name;
-    sj["gpu"] = s.capacity.gpu;
-    sj["gpus"] = s.capacity.parallel.gpus;
-    sj["tp"] = s.capacity.parallel.tp;
-    sj["engine"] = std::string(engine_name(s.capacity.engine));
-    sj["kv_pool_bytes_per_gpu"] = s.capacity.kv_pool_bytes_per_gpu;
-    sj["kv_tokens"] = s.capacity.kv_tokens;
-    sj["non_kv_estimated"] = s.capacity.non_kv_estimated;
-    sj["fits"] = s.capacity.fits;
-    sj["passed"] = s.passed();
-    md += "## " + s.scenario->name + ": " + (s.passed() ? "PASS" : "FAIL") + "\n\n" + setup(s) +
-          "\n\n| requirement | actual | verdict |\n| --- | --- | --- |\n";
-    Json reqs = Json::array();
-    for (const RequirementResult& q : s.requirements) {
-      ++total;
-      failed += q.passed ? 0 : 1;
-      const Requirement& req = q.requirement;
-      t.rows.push_back({Cell::text(s.scenario->name), Cell::text(q.text), Cell::text(q.actual),
-                        Cell::text(q.passed ? "PASS" : "FAIL")});
-      bool share = is_share(req.kind);
-      bool fits = req.kind == RequirementKind::fits;
-      csv.rows.push_back(
-          {Cell::text(s.scenario->name),
-           Cell::text(std::string(k_requirement_kinds.name(req.kind))), Cell::text(q.text),
-           fits    ? Cell::empty()
-           : share ? Cell::number(req.share)
-                   : Cell::count(req.value),
-           req.kind == RequirementKind::min_sequences ? Cell::count(req.context) : Cell::empty(),
-           req.kind == RequirementKind::min_context ? Cell::count(req.sequences) : Cell::empty(),
-           fits    ? Cell::text(q.passed ? "true" : "false")
-           : share ? Cell::number(q.actual_share)
-                   : Cell::count(q.actual_count),
-           Cell::text(q.actual), Cell::text(q.passed ? "true" : "false")});
-      md += "| " + q.text + " | " + q.actual + " | " + (q.passed ? "PASS" : "**FAIL**") + " |\n";
-      Json qj = Json::object();
-      qj["kind"] = std::string(k_requirement_kinds.name(req.kind));
-      qj["requirement"] = q.text;
-      qj["threshold"] = threshold_json(req);
-      qj["context"] = req.kind == RequirementKind::min_sequences ? Json(req.context) : Json();
-      qj["sequences"] = req.kind == RequirementKind::min_context ? Json(req.sequences) : Json();
-      qj["actual"] = actual_json(q);
-      qj["actual_text"] = q.actual;
-      qj["passed"] = q.passed;
-      qj["where"] = req.where.str();
-      reqs.push_back(std::move(qj));
+    scenarios.push_back(describe_scenario(s));
+    for (Record& row : joined(scenarios.back(), "requirements")) {
+      rows.push_back(std::move(row));
     }
-    md += "\n";
-    sj["requirements"] = std::move(reqs);
-    scenarios.push_back(std::move(sj));
+    for (const RequirementResult& q : s.requirements) {
+      failed += q.passed ? 0 : 1;
+    }
+    estimated = estimated || s.capacity.non_kv_estimated;
   }
-  std::string verdict = group_digits(total - failed) + " of " + group_digits(total) +
-                        " requirements hold: plan " + (failed ? "FAILED" : "passed");
-  md += "**" + verdict + "**\n";
-  std::string caveat = "non-KV memory besides weights is kvcalc's estimate (docs/formulas.md); "
-                       "give non_kv_memory or kv_cache_memory from the engine's log for its "
-                       "exact figures";
+  u64 total = rows.size();
+  std::vector<std::string> notes{group_digits(total - failed) + " of " + group_digits(total) +
+                                 " requirements hold: plan " + (failed ? "FAILED" : "passed")};
   if (estimated) {
-    md += "\n" + caveat + ".\n";
+    notes.push_back("non-KV memory besides weights is kvcalc's estimate (docs/formulas.md); "
+                    "give non_kv_memory or kv_cache_memory from the engine's log for its exact "
+                    "figures");
   }
-  md += "\n_kvcalc " + std::string(version()) + ", `kvcalc plan " + args.file + "`_\n";
-  t.notes.push_back(verdict);
-  if (estimated) {
-    t.notes.push_back(caveat);
-  }
-  r.json["scenarios"] = std::move(scenarios);
+  r.json = json_header("plan");
+  r.json["plan"] = args.file;
+  r.json["scenarios"] = json_of(scenarios);
   r.json["requirements"] = total;
   r.json["failed"] = failed;
   r.json["passed"] = failed == 0;
-  r.csv = std::move(csv);
+  Table t = table_of(rows, {{"name"}, {"requirement"}, {"actual"}, {"passed"}});
+  t.notes = notes;
   r.tables.push_back(std::move(t));
+  r.csv = table_of(rows, {{"name", "", "scenario"},
+                          {"kind"},
+                          {"requirement"},
+                          {"threshold"},
+                          {"context"},
+                          {"sequences"},
+                          {"actual"},
+                          {"actual_text"},
+                          {"passed"}});
   if (!args.report.empty()) {
-    write_text_file(args.report, md, true);
+    write_text_file(args.report, plan_report(args.file, results, notes), true);
     err << "kvcalc: appended the report to " << args.report << '\n';
   }
   emit(r, args.output, out, err);

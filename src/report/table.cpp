@@ -51,9 +51,10 @@ std::string significant(double v, int digits) {
   return fmt::format("{:.{}f}", v, decimals);
 }
 
-/// Right-aligned: figures. Text, flags and context labels ("128k", "1M") read as labels.
+/// Right-aligned: figures. Text, flags, context labels ("128k", "1M") and values shown as words
+/// ("does not fit", "trace") read as labels; a column is right-aligned when any cell is a figure.
 bool numeric(const Cell& c) {
-  return c.unit != Unit::text && c.unit != Unit::flag && c.unit != Unit::tokens;
+  return c.unit != Unit::text && c.unit != Unit::flag && c.unit != Unit::tokens && c.shown.empty();
 }
 
 } // namespace
