@@ -76,18 +76,18 @@ int run_compare(const CompareArgs& args, std::ostream& out, std::ostream& err) {
     }
   }
   const Entry& base = baseline_of(entries, args.baseline);
-  r.json = json_header("compare");
-  r.json["baseline"] = base.model.name;
-  Json models = Json::array();
+  std::vector<Record> described;
   for (const auto& e : entries) {
-    models.push_back(entry_json(e, &base, args.explain));
+    described.push_back(describe_footprint(e, &base, args.explain));
     if (args.explain) {
       explain_lines(e, r.text_after);
     }
   }
-  r.json["models"] = std::move(models);
-  r.tables.push_back(compare_table(entries, base));
-  r.csv = flat_table(entries, &base);
+  r.json = json_header("compare");
+  r.json["baseline"] = base.model.name;
+  r.json["models"] = json_of(described);
+  r.tables.push_back(compare_table(entries, described, base));
+  r.csv = flat_table(described, true, options.block_size != 0);
   emit(r, args.output, out, err);
   return 0;
 }

@@ -25,17 +25,17 @@ int run_footprint(const FootprintArgs& args, std::ostream& out, std::ostream& er
   options.block_size = args.block_size.value_or(0);
   Rendered r;
   std::vector<Entry> entries = footprint_entries(args.models, options, r.warnings);
-  r.json = json_header("footprint");
-  Json models = Json::array();
+  std::vector<Record> described;
   for (const auto& e : entries) {
-    models.push_back(entry_json(e, nullptr, args.explain));
-    footprint_tables(e, r.tables);
+    described.push_back(describe_footprint(e, nullptr, args.explain));
+    footprint_tables(e, described.back(), r.tables);
     if (args.explain) {
       explain_lines(e, r.text_after);
     }
   }
-  r.json["models"] = std::move(models);
-  r.csv = flat_table(entries, nullptr);
+  r.json = json_header("footprint");
+  r.json["models"] = json_of(described);
+  r.csv = flat_table(described, false, options.block_size != 0);
   emit(r, args.output, out, err);
   return 0;
 }

@@ -1,5 +1,5 @@
-// The footprints of `footprint` and `compare`: models loaded with their exact KV bytes, and
-// their JSON, tables and flat CSV.
+// The footprints of `footprint` and `compare`: models loaded with their exact KV bytes, and one
+// description of each that their JSON, tables and flat CSV show.
 
 #include "footprints.hpp"
 
@@ -13,251 +13,252 @@ double ratio(u64 a, u64 b) {
   return static_cast<double>(a) / static_cast<double>(b);
 }
 
-Json model_json(const Entry& e) {
-  const Model& m = e.model;
-  const Footprint& f = e.footprint;
-  Json j = Json::object();
-  j["name"] = m.name;
-  j["display_name"] = m.display_name;
-  j["source"] = m.source;
-  j["attention"] = attention_label(m);
-  j["attention_kind"] = std::string(attention_kind_name(m.attention.kind));
-  j["layers"] = m.layers;
-  j["kv_cache"]["dtype"] = std::string(dtype_name(f.format.dtype));
-  j["kv_cache"]["scale"] = scale_name(f.format.scale);
-  if (f.format.scale.granularity != ScaleGranularity::none) {
-    j["kv_cache"]["scale_dtype"] = std::string(dtype_name(f.format.scale.dtype));
-  }
-  j["kv_cache"]["mla_format"] =
-      f.format.mla ? Json(std::string(mla_format_name(f.format.mla_format))) : Json();
-  j["kv_bytes_per_token_per_layer"] = f.bytes_per_token_per_layer;
-  j["kv_bytes_per_token"] = f.bytes_per_token;
-  j["state_bytes_per_sequence"] = f.state_bytes_per_sequence;
-  Json groups = Json::array();
-  for (const auto& g : f.groups) {
-    const CacheSpec& spec = g.spec;
-    bool windowed = spec.kind == CacheKind::sliding || spec.kind == CacheKind::chunked;
-    Json gj = Json::object();
-    gj["type"] = g.name;
-    gj["layers"] = g.layers;
-    gj["window"] = windowed ? Json(spec.window) : Json();
-    gj["kv_bytes_per_token_per_layer"] = spec.bytes_per_token;
-    gj["state_bytes_per_layer"] = spec.state_bytes;
-    if (spec.kind == CacheKind::state) {
-      gj["state_kind"] = std::string(k_state_kinds.name(spec.state_kind));
-      Json tensors = Json::array();
-      for (const auto& t : spec.state) {
-        Json tj = Json::object();
-        tj["name"] = t.name;
-        Json shape = Json::array();
-        for (u64 axis : t.shape) {
-          shape.push_back(axis);
-        }
-        tj["shape"] = std::move(shape);
-        tj["dtype"] = std::string(dtype_name(t.dtype));
-        tj["bytes"] = t.bytes();
-        tensors.push_back(std::move(tj));
+void describe_group(Record& r, const CacheGroup& g) {
+  const CacheSpec& spec = g.spec;
+  bool windowed = spec.kind == CacheKind::sliding || spec.kind == CacheKind::chunked;
+  bool state = spec.kind == CacheKind::state;
+  r.value("type", "layers", Cell::text(g.name));
+  r.value("layers", "count", Cell::count(g.layers));
+  r.value("window", "window", windowed ? Cell::count(spec.window) : Cell::empty());
+  r.value("kv_bytes_per_token_per_layer", "KV/token/layer",
+          Cell::bytes_exact(spec.bytes_per_token).shown_as(state ? "-" : ""));
+  r.value("kv_bytes_per_token", "KV/token",
+          state ? Cell::empty() : Cell::bytes_exact(spec.bytes_per_token * g.layers),
+          k_tables_only);
+  r.value("state_bytes_per_layer", Cell::bytes_exact(spec.state_bytes));
+  r.value("state_bytes_per_sequence", "state/sequence",
+          state ? Cell::bytes_exact(spec.state_bytes * g.layers) : Cell::empty(), k_tables_only);
+  if (state) {
+    r.value("state_kind", Cell::text(std::string(k_state_kinds.name(spec.state_kind))));
+    auto& tensors = r.list("state");
+    for (const auto& t : spec.state) {
+      Record& tensor = tensors.emplace_back();
+      tensor.value("name", Cell::text(t.name));
+      std::vector<Cell> shape;
+      for (u64 axis : t.shape) {
+        shape.push_back(Cell::count(axis));
       }
-      gj["state"] = std::move(tensors);
+      tensor.values("shape", std::move(shape));
+      tensor.value("dtype", Cell::text(std::string(dtype_name(t.dtype))));
+      tensor.value("bytes", Cell::bytes_exact(t.bytes()));
     }
-    groups.push_back(std::move(gj));
   }
-  j["layer_groups"] = std::move(groups);
-  j["block_size"] = f.block_size ? Json(f.block_size) : Json();
-  Json contexts = Json::array();
-  for (const auto& c : f.contexts) {
-    Json cj = Json::object();
-    cj["tokens"] = c.tokens;
-    cj["kv_bytes"] = c.kv_bytes;
-    if (f.block_size) {
-      cj["paged_kv_bytes"] = c.paged_kv_bytes;
-      cj["paging_waste_bytes"] = c.paged_kv_bytes - c.kv_bytes;
-    }
-    contexts.push_back(std::move(cj));
+}
+
+/// A row of the layer table that no group is: layers reading another's cache, layers without a
+/// token mixer, and the total.
+Record layer_row(const std::string& type, u64 layers, u64 per_token, u64 state) {
+  Record r;
+  r.value("type", Cell::text(type));
+  r.value("layers", Cell::count(layers));
+  r.value("kv_bytes_per_token", Cell::bytes_exact(per_token));
+  r.value("state_bytes_per_sequence", state ? Cell::bytes_exact(state) : Cell::empty());
+  return r;
+}
+
+/// How `value` compares with `reference` in words: "as much", "2.00x less", "1.50x more".
+std::string factor(u64 value, u64 reference) {
+  if (value == reference) {
+    return "as much";
   }
-  j["contexts"] = std::move(contexts);
-  return j;
+  if (value < reference) {
+    return format_cell(Cell::ratio(ratio(reference, value)), ByteUnits::iec) + " less";
+  }
+  return format_cell(Cell::ratio(ratio(value, reference)), ByteUnits::iec) + " more";
 }
 
 } // namespace
 
-void footprint_tables(const Entry& e, std::vector<Table>& tables) {
+Record describe_footprint(const Entry& e, const Entry* base, bool explain) {
   const Model& m = e.model;
   const Footprint& f = e.footprint;
-  Table layers;
-  layers.title = m.display_name + " (" + m.name + "): " + attention_detail(m) + ", " +
-                 group_digits(m.layers) + " layers, KV cache " + describe(f.format);
+  Record r;
+  r.value("name", "model", Cell::text(m.name));
+  r.value("display_name", Cell::text(m.display_name));
+  r.value("source", Cell::text(m.source));
+  r.value("attention", Cell::text(attention_label(m)));
+  r.value("attention_detail", "attention", Cell::text(attention_detail(m)), k_tables_only);
+  r.value("attention_kind", Cell::text(std::string(attention_kind_name(m.attention.kind))));
+  r.value("layers", "layers", Cell::count(m.layers));
+  Record& cache = r.object("kv_cache");
+  cache.value("dtype", Cell::text(std::string(dtype_name(f.format.dtype))));
+  cache.value("scale", Cell::text(scale_name(f.format.scale)));
+  if (f.format.scale.granularity != ScaleGranularity::none) {
+    cache.value("scale_dtype", Cell::text(std::string(dtype_name(f.format.scale.dtype))));
+  }
+  cache.value("mla_format", f.format.mla
+                                ? Cell::text(std::string(mla_format_name(f.format.mla_format)))
+                                : Cell::empty());
+  r.value("kv_dtype", "KV cache", Cell::text(describe(f.format)), k_tables_only);
+  r.value("kv_bytes_per_token_per_layer", "KV/token/layer",
+          Cell::bytes_exact(f.bytes_per_token_per_layer));
+  if (base) {
+    r.value(
+        "layer_change", "vs base/layer",
+        Cell::percent(
+            ratio(f.bytes_per_token_per_layer, base->footprint.bytes_per_token_per_layer) - 1.0),
+        k_tables_only);
+  }
+  r.value("kv_bytes_per_token", "KV/token", Cell::bytes_exact(f.bytes_per_token));
+  if (base) {
+    r.value("token_change", "vs base/token",
+            Cell::percent(ratio(f.bytes_per_token, base->footprint.bytes_per_token) - 1.0),
+            k_tables_only);
+  }
+  r.value("state_bytes_per_sequence", Cell::bytes_exact(f.state_bytes_per_sequence));
+  auto& groups = r.list("layer_groups");
+  for (const auto& g : f.groups) {
+    describe_group(groups.emplace_back(), g);
+  }
+  r.value("block_size", f.block_size ? Cell::count(f.block_size) : Cell::empty());
+  auto& contexts = r.list("contexts");
+  for (const auto& c : f.contexts) {
+    Record& x = contexts.emplace_back();
+    x.value("context", "context", Cell::tokens(c.tokens), k_tables_only);
+    x.value("tokens", "tokens", Cell::count(c.tokens));
+    x.value("kv_bytes", "KV bytes", Cell::count(c.kv_bytes));
+    x.value("kv", "KV", Cell::bytes(c.kv_bytes), k_tables_only);
+    if (f.block_size) {
+      x.value("paged_kv_bytes", "paged KV (block " + group_digits(f.block_size) + ")",
+              Cell::bytes(c.paged_kv_bytes));
+      x.value("paging_waste_bytes", "waste", Cell::bytes(c.paged_kv_bytes - c.kv_bytes));
+    }
+    // compare's columns, one per context
+    r.value("kv@" + std::to_string(c.tokens), "KV @ " + context_label(c.tokens),
+            Cell::bytes(c.kv_bytes), k_tables_only);
+  }
+  if (base) {
+    Record& ratios = r.object("ratio_to_baseline");
+    ratios.value("per_layer", Cell::ratio(ratio(f.bytes_per_token_per_layer,
+                                                base->footprint.bytes_per_token_per_layer)));
+    ratios.value("per_token",
+                 Cell::ratio(ratio(f.bytes_per_token, base->footprint.bytes_per_token)));
+  }
+  if (e.capacity) {
+    const CapacityResult& c = *e.capacity;
+    Record& cj = r.object("capacity");
+    cj.value("gpu", Cell::text(c.gpu));
+    cj.value("gpus", Cell::count(c.parallel.gpus));
+    cj.value("tp", Cell::count(c.parallel.tp));
+    cj.value("engine", Cell::text(std::string(engine_name(c.engine))));
+    cj.value("fits", Cell::flag(c.fits));
+    cj.value("kv_pool_bytes_per_gpu", Cell::bytes(c.kv_pool_bytes_per_gpu));
+    cj.value("kv_tokens", Cell::count(c.kv_tokens));
+    auto& at = cj.list("contexts");
+    for (const auto& x : c.contexts) {
+      Record& one = at.emplace_back();
+      one.value("tokens", Cell::count(x.tokens));
+      one.value("max_sequences", Cell::count(x.max_sequences));
+      one.value("max_concurrency", Cell::ratio(x.max_concurrency));
+      Cell seqs = Cell::count(x.max_sequences);
+      r.value("seqs@" + std::to_string(x.tokens), "seqs @ " + context_label(x.tokens),
+              c.fits ? seqs : seqs.shown_as("no fit"), k_tables_only);
+    }
+  }
+  if (explain) {
+    r.strings("derivation", render_derivation(f.derivation));
+  }
+  return r;
+}
+
+void footprint_tables(const Entry& e, const Record& described, std::vector<Table>& tables) {
+  const Model& m = e.model;
+  const Footprint& f = e.footprint;
   bool windowed = false;
   bool state = false;
-  for (const auto& g : f.groups) {
-    windowed = windowed || g.spec.window > 0;
-    state = state || g.spec.kind == CacheKind::state;
-  }
-  layers.columns = {{"layers", "layer_type"}, {"count", "layers"}};
-  if (windowed) {
-    layers.columns.push_back({"window", "window_tokens"});
-  }
-  layers.columns.push_back({"KV/token/layer", "kv_bytes_per_token_per_layer"});
-  layers.columns.push_back({"KV/token", "kv_bytes_per_token"});
-  if (state) {
-    layers.columns.push_back({"state/sequence", "state_bytes_per_sequence"});
-  }
-  auto add_row = [&](Cell type, u64 count, Cell window, Cell rate, Cell per_token, Cell held) {
-    std::vector<Cell> row{std::move(type), Cell::count(count)};
-    if (windowed) {
-      row.push_back(std::move(window));
-    }
-    row.push_back(std::move(rate));
-    row.push_back(std::move(per_token));
-    if (state) {
-      row.push_back(std::move(held));
-    }
-    layers.rows.push_back(std::move(row));
-  };
-  for (const auto& g : f.groups) {
-    bool is_state = g.spec.kind == CacheKind::state;
-    add_row(Cell::text(g.name), g.layers,
-            g.spec.window > 0 ? Cell::count(g.spec.window) : Cell::empty(),
-            is_state ? Cell::empty() : Cell::bytes_exact(g.spec.bytes_per_token),
-            is_state ? Cell::empty() : Cell::bytes_exact(g.spec.bytes_per_token * g.layers),
-            is_state ? Cell::bytes_exact(g.spec.state_bytes * g.layers) : Cell::empty());
-  }
-  // Layers that store nothing: those reading another layer's cache, and those without a
-  // token mixer (MLP-only layers of a pattern).
   u64 stored = 0;
   u64 shared = 0;
   for (const auto& g : f.groups) {
+    windowed = windowed || g.spec.window > 0;
+    state = state || g.spec.kind == CacheKind::state;
     stored += g.spec.kind == CacheKind::indexer ? 0 : g.layers; // beside its layers' own cache
     shared += g.shared_layers;
   }
+  std::vector<const Record*> rows;
+  for (const Record& g : described.records("layer_groups")) {
+    rows.push_back(&g);
+  }
+  // Layers that store nothing, and the total where there is more than one row.
+  std::vector<Record> extra;
   if (shared > 0) {
-    add_row(Cell::text("shared"), shared, Cell::empty(), Cell::empty(), Cell::bytes_exact(0),
-            Cell::empty());
+    extra.push_back(layer_row("shared", shared, 0, 0));
   }
   if (m.layers > stored + shared) {
-    add_row(Cell::text("none"), m.layers - stored - shared, Cell::empty(), Cell::empty(),
-            Cell::bytes_exact(0), Cell::empty());
+    extra.push_back(layer_row("none", m.layers - stored - shared, 0, 0));
   }
-  if (layers.rows.size() > 1) {
-    add_row(Cell::text("total"), m.layers, Cell::empty(), Cell::empty(),
-            Cell::bytes_exact(f.bytes_per_token),
-            f.state_bytes_per_sequence ? Cell::bytes_exact(f.state_bytes_per_sequence)
-                                       : Cell::empty());
+  if (rows.size() + extra.size() > 1) {
+    extra.push_back(layer_row("total", m.layers, f.bytes_per_token, f.state_bytes_per_sequence));
   }
+  for (const Record& x : extra) {
+    rows.push_back(&x);
+  }
+  std::vector<ColumnRef> columns{{"type"}, {"layers"}};
+  if (windowed) {
+    columns.push_back({"window"});
+  }
+  columns.push_back({"kv_bytes_per_token_per_layer"});
+  columns.push_back({"kv_bytes_per_token"});
+  if (state) {
+    columns.push_back({"state_bytes_per_sequence"});
+  }
+  Table layers = table_of(rows, columns);
+  layers.title = m.display_name + " (" + m.name + "): " + attention_detail(m) + ", " +
+                 group_digits(m.layers) + " layers, KV cache " + describe(f.format);
   tables.push_back(std::move(layers));
 
-  Table contexts;
-  contexts.columns = {
-      {"context", "context"}, {"tokens", "tokens"}, {"KV bytes", "kv_bytes"}, {"KV", "kv"}};
+  columns = {{"context"}, {"tokens"}, {"kv_bytes"}, {"kv"}};
   if (f.block_size) {
-    contexts.columns.push_back(
-        {"paged KV (block " + group_digits(f.block_size) + ")", "paged_kv_bytes"});
-    contexts.columns.push_back({"waste", "paging_waste_bytes"});
+    columns.push_back({"paged_kv_bytes"});
+    columns.push_back({"paging_waste_bytes"});
   }
-  for (const auto& c : f.contexts) {
-    std::vector<Cell> row{Cell::text(context_label(c.tokens)), Cell::count(c.tokens),
-                          Cell::count(c.kv_bytes), Cell::bytes(c.kv_bytes)};
-    if (f.block_size) {
-      row.push_back(Cell::bytes(c.paged_kv_bytes));
-      row.push_back(Cell::bytes(c.paged_kv_bytes - c.kv_bytes));
-    }
-    contexts.rows.push_back(std::move(row));
-  }
-  tables.push_back(std::move(contexts));
+  tables.push_back(table_of(described.records("contexts"), columns));
 }
 
-Table flat_table(const std::vector<Entry>& entries, const Entry* baseline) {
-  Table t;
-  t.columns = {{"", "name"},
-               {"", "attention"},
-               {"", "layers"},
-               {"", "kv_dtype"},
-               {"", "kv_bytes_per_token_per_layer"},
-               {"", "kv_bytes_per_token"},
-               {"", "state_bytes_per_sequence"}};
+Table flat_table(const std::vector<Record>& described, bool baseline, bool paged) {
+  std::vector<Record> rows;
+  for (const Record& model : described) {
+    for (Record& row : joined(model, "contexts")) {
+      rows.push_back(std::move(row));
+    }
+  }
+  std::vector<ColumnRef> columns{{"name"},
+                                 {"attention"},
+                                 {"layers"},
+                                 {"kv_dtype"},
+                                 {"kv_bytes_per_token_per_layer"},
+                                 {"kv_bytes_per_token"},
+                                 {"state_bytes_per_sequence"}};
   if (baseline) {
-    t.columns.push_back({"", "ratio_to_baseline"});
+    columns.push_back({"ratio_to_baseline.per_token", "", "ratio_to_baseline"});
   }
-  t.columns.push_back({"", "tokens"});
-  t.columns.push_back({"", "kv_bytes"});
-  bool paged = !entries.empty() && entries.front().footprint.block_size != 0;
+  columns.push_back({"tokens"});
+  columns.push_back({"kv_bytes"});
   if (paged) {
-    t.columns.push_back({"", "paged_kv_bytes"});
+    columns.push_back({"paged_kv_bytes"});
   }
-  for (const auto& e : entries) {
-    for (const auto& c : e.footprint.contexts) {
-      std::vector<Cell> row{Cell::text(e.model.name),
-                            Cell::text(attention_label(e.model)),
-                            Cell::count(e.model.layers),
-                            Cell::text(describe(e.footprint.format)),
-                            Cell::count(e.footprint.bytes_per_token_per_layer),
-                            Cell::count(e.footprint.bytes_per_token),
-                            Cell::count(e.footprint.state_bytes_per_sequence)};
-      if (baseline) {
-        row.push_back(Cell::ratio(static_cast<double>(e.footprint.bytes_per_token) /
-                                  static_cast<double>(baseline->footprint.bytes_per_token)));
-      }
-      row.push_back(Cell::count(c.tokens));
-      row.push_back(Cell::count(c.kv_bytes));
-      if (paged) {
-        row.push_back(Cell::count(c.paged_kv_bytes));
-      }
-      t.rows.push_back(std::move(row));
-    }
-  }
-  return t;
+  return table_of(rows, columns);
 }
 
-Table compare_table(const std::vector<Entry>& entries, const Entry& base) {
-  Table t;
-  t.title = "KV cache per sequence, baseline " + base.model.name;
-  t.columns = {{"model", "name"},
-               {"attention", "attention"},
-               {"layers", "layers"},
-               {"KV cache", "kv_cache"},
-               {"KV/token/layer", "kv_bytes_per_token_per_layer"},
-               {"vs base/layer", "layer_change"},
-               {"KV/token", "kv_bytes_per_token"},
-               {"vs base/token", "token_change"}};
+Table compare_table(const std::vector<Entry>& entries, const std::vector<Record>& described,
+                    const Entry& base) {
+  std::vector<ColumnRef> columns{{"name"},
+                                 {"attention_detail"},
+                                 {"layers"},
+                                 {"kv_dtype"},
+                                 {"kv_bytes_per_token_per_layer"},
+                                 {"layer_change"},
+                                 {"kv_bytes_per_token"},
+                                 {"token_change"}};
   for (const auto& c : base.footprint.contexts) {
-    t.columns.push_back({"KV @ " + context_label(c.tokens), "kv_bytes"});
+    columns.push_back({"kv@" + std::to_string(c.tokens)});
   }
   if (base.capacity) {
     for (const auto& c : base.footprint.contexts) {
-      t.columns.push_back({"seqs @ " + context_label(c.tokens), "max_sequences"});
+      columns.push_back({"seqs@" + std::to_string(c.tokens)});
     }
   }
-  for (const auto& e : entries) {
-    const Footprint& f = e.footprint;
-    std::vector<Cell> row{
-        Cell::text(e.model.name),
-        Cell::text(attention_detail(e.model)),
-        Cell::count(e.model.layers),
-        Cell::text(describe(f.format)),
-        Cell::bytes_exact(f.bytes_per_token_per_layer),
-        Cell::percent(ratio(f.bytes_per_token_per_layer, base.footprint.bytes_per_token_per_layer) -
-                      1.0),
-        Cell::bytes_exact(f.bytes_per_token),
-        Cell::percent(ratio(f.bytes_per_token, base.footprint.bytes_per_token) - 1.0)};
-    for (const auto& c : f.contexts) {
-      row.push_back(Cell::bytes(c.kv_bytes));
-    }
-    if (e.capacity) {
-      for (const auto& c : e.capacity->contexts) {
-        row.push_back(e.capacity->fits ? Cell::count(c.max_sequences) : Cell::text("no fit"));
-      }
-    }
-    t.rows.push_back(std::move(row));
-  }
-  auto factor = [](u64 value, u64 reference) {
-    if (value == reference) {
-      return std::string("as much");
-    }
-    if (value < reference) {
-      return format_cell(Cell::ratio(ratio(reference, value)), ByteUnits::iec) + " less";
-    }
-    return format_cell(Cell::ratio(ratio(value, reference)), ByteUnits::iec) + " more";
-  };
+  Table t = table_of(described, columns);
+  t.title = "KV cache per sequence, baseline " + base.model.name;
   if (base.capacity) {
     const CapacityResult& c = *base.capacity;
     t.notes.push_back("max sequences on " + group_digits(c.parallel.gpus) + " × " + c.gpu +
@@ -318,41 +319,6 @@ std::vector<Entry> footprint_entries(const std::vector<std::string>& specs,
     warnings.push_back("--mla-cache applies only to MLA models; none was given");
   }
   return entries;
-}
-
-Json entry_json(const Entry& e, const Entry* base, bool explain) {
-  Json mj = model_json(e);
-  if (base) {
-    mj["ratio_to_baseline"]["per_layer"] =
-        ratio(e.footprint.bytes_per_token_per_layer, base->footprint.bytes_per_token_per_layer);
-    mj["ratio_to_baseline"]["per_token"] =
-        ratio(e.footprint.bytes_per_token, base->footprint.bytes_per_token);
-  }
-  if (e.capacity) {
-    const CapacityResult& c = *e.capacity;
-    Json cj = Json::object();
-    cj["gpu"] = c.gpu;
-    cj["gpus"] = c.parallel.gpus;
-    cj["tp"] = c.parallel.tp;
-    cj["engine"] = std::string(engine_name(c.engine));
-    cj["fits"] = c.fits;
-    cj["kv_pool_bytes_per_gpu"] = c.kv_pool_bytes_per_gpu;
-    cj["kv_tokens"] = c.kv_tokens;
-    Json contexts = Json::array();
-    for (const auto& x : c.contexts) {
-      Json xj = Json::object();
-      xj["tokens"] = x.tokens;
-      xj["max_sequences"] = x.max_sequences;
-      xj["max_concurrency"] = x.max_concurrency;
-      contexts.push_back(std::move(xj));
-    }
-    cj["contexts"] = std::move(contexts);
-    mj["capacity"] = std::move(cj);
-  }
-  if (explain) {
-    mj["derivation"] = string_array(render_derivation(e.footprint.derivation));
-  }
-  return mj;
 }
 
 void explain_lines(const Entry& e, std::vector<std::string>& lines) {

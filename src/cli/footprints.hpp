@@ -7,6 +7,7 @@
 
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/kv/footprint.hpp>
+#include <kvcalc/report/record.hpp>
 
 #include "command.hpp"
 
@@ -27,15 +28,18 @@ void add_footprint_options(CLI::App* cmd, std::vector<u64>& contexts, CacheReque
                            std::optional<u64>& block_size);
 /// --explain, the first of their output options.
 void add_explain_option(CLI::App* cmd, bool& explain);
-/// One model's JSON: its cache, groups and contexts; ratios to `base` when given; its capacity
-/// (compare --gpu); the derivation with `explain`.
-Json entry_json(const Entry& e, const Entry* base, bool explain);
-/// `footprint`'s tables of one model: the layer groups, then the contexts.
-void footprint_tables(const Entry& e, std::vector<Table>& tables);
+/// One model's description: its cache, layer groups and contexts; ratios to `base` when given;
+/// its capacity (compare --gpu); the derivation with `explain`. The JSON is its record's, the
+/// tables and the CSV are views of it.
+Record describe_footprint(const Entry& e, const Entry* base, bool explain);
+/// `footprint`'s tables of one model: the layer groups (with the layers that store nothing and
+/// the total), then the contexts.
+void footprint_tables(const Entry& e, const Record& described, std::vector<Table>& tables);
 /// `compare`'s table: the models side by side against `base`, with the headline notes.
-Table compare_table(const std::vector<Entry>& entries, const Entry& base);
+Table compare_table(const std::vector<Entry>& entries, const std::vector<Record>& described,
+                    const Entry& base);
 /// The flat CSV of both: one row per model and context.
-Table flat_table(const std::vector<Entry>& entries, const Entry* baseline);
+Table flat_table(const std::vector<Record>& described, bool baseline, bool paged);
 /// A blank line, then the model's derivation (--explain).
 void explain_lines(const Entry& e, std::vector<std::string>& lines);
 

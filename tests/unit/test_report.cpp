@@ -99,6 +99,21 @@ TEST_CASE("a record's JSON keeps entry order, nesting and what only JSON shows",
         R"({"model":"b","aliases":["x","y"],"ttft_s":{"p50":2.5,"count":5},"done":null})");
 }
 
+TEST_CASE("a nested record stays fillable while its parent grows", "[report]") {
+  Record r;
+  auto& contexts = r.list("contexts");
+  Record& totals = r.object("totals");
+  for (std::uint64_t i = 0; i < 100; ++i) {
+    // Entries of the parent in between: the nested list and object must not move.
+    r.value("column_" + std::to_string(i), Cell::count(i), k_tables_only);
+    contexts.emplace_back().value("tokens", Cell::count(i));
+    totals.value("t" + std::to_string(i), Cell::count(i));
+  }
+  CHECK(r.records("contexts").size() == 100);
+  CHECK(r.records("totals").front().entries().size() == 100);
+  CHECK(r.json().dump(0).starts_with(R"({"contexts":[{"tokens":0},{"tokens":1},)"));
+}
+
 TEST_CASE("a view of records: dotted keys reach nested values, CSV names override keys",
           "[report]") {
   std::vector<Record> rows = two_runs();

@@ -4,6 +4,7 @@
 /// nesting from the records; a table or the CSV takes the columns a view names by key. Every
 /// format therefore shows the same numbers, and no renderer computes one.
 
+#include <deque>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,9 +45,10 @@ public:
   /// A list of strings (JSON an array).
   Record& strings(std::string key, const std::vector<std::string>& items,
                   Shown shown = k_json_only);
-  /// A nested record (JSON an object), returned to be filled.
+  /// A nested record (JSON an object), returned to be filled; the reference stays valid while
+  /// entries are added to this record.
   Record& object(std::string key, Shown shown = k_json_only);
-  /// A nested list of records (JSON an array), returned to be filled.
+  /// A nested list of records (JSON an array), returned to be filled; valid as object()'s.
   std::vector<Record>& list(std::string key, Shown shown = k_json_only);
 
   /// The entry of `key` (an internal error when it is missing).
@@ -59,14 +61,14 @@ public:
   /// The cell of value `key`, or an empty one.
   [[nodiscard]] Cell cell(std::string_view key) const;
   [[nodiscard]] const std::vector<Record>& records(std::string_view key) const;
-  [[nodiscard]] const std::vector<Entry>& entries() const { return m_entries; }
+  [[nodiscard]] const std::deque<Entry>& entries() const { return m_entries; }
 
   /// The JSON object of the entries shown in JSON, in their order.
   [[nodiscard]] Json json() const;
 
 private:
   friend std::vector<Record> joined(const Record& parent, std::string_view key);
-  std::vector<Entry> m_entries;
+  std::deque<Entry> m_entries; ///< a deque: adding an entry moves none of the others
 };
 
 /// A column of a view: the key of a value entry (dotted into nested objects), a header for
