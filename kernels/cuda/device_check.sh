@@ -97,7 +97,7 @@ for k in m["kernels"]:
     print(line)
     ph = k.get("phases_s", {})
     if "attention" in ph:
-        # FlashMLA's accounting of the attention kernel alone (REFERENCE §4), combine included.
+        # FlashMLA's accounting of the attention kernel alone (its benchmark's FLOP and byte counts), combine included.
         b, h, s, t = c["batch"], c["heads"], c["query"], c["context"]
         core = ph["attention"] + ph.get("combine", 0)
         fl = 2 * s * b * t * h * (576 + 512)

@@ -35,8 +35,8 @@ inline constexpr AgreementBars k_between_strategies{2 * kernels::k_abs_bar, 2 * 
 /// allocation itself is the check.
 [[nodiscard]] double host_memory_available_bytes();
 
-/// Timed repeats of each probe and kernel, every backend (REFERENCE §4: the median of at least
-/// 10); `--quick` runs fewer.
+/// Timed repeats of each probe and kernel, every backend (STREAM's and nvbandwidth's practice:
+/// the median of at least 10); `--quick` runs fewer.
 inline constexpr unsigned k_timed_runs = 10;
 
 /// kernels::compare of `got` against `want` (a prefix of it: the reference covers the first

@@ -50,7 +50,7 @@ TEST_CASE("both MLA decode kernels match the double reference", "[kernels][mla]"
       Agreement a = compare(*out, ref);
       CHECK(a.finite);
       CHECK(a.cos_diff <= 1e-5);
-      // FlashMLA's bar (REFERENCE §4), as measure applies it: on a machine with bf16 pair dot
+      // FlashMLA's test bar, as measure applies it: on a machine with bf16 pair dot
       // products the absorbed query is rounded to bf16, as on the GPU.
       CHECK(a.elements_over_bar == 0);
       INFO("cos diff " << a.cos_diff << ", max |err| " << a.max_abs_error);

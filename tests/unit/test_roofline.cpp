@@ -43,7 +43,7 @@ double attention_flops(const RooflineResult& r) {
 
 } // namespace
 
-// REFERENCE §3: absorbed core FLOPs 2·B·H·s·t·1088, bytes B·(t·1152 + s·H·1088·2).
+// docs/formulas.md, MLA absorbed: core FLOPs 2·B·H·s·t·1088, bytes B·(t·1152 + s·H·1088·2).
 // At H = 128: 278,528 FLOP per 1,152 B of latent = 241.8 FLOP/B; with the Q/O traffic at
 // B = 128, t = 4,096: 1,140,850,688 / 4,997,120 = 228.3.
 TEST_CASE("MLA absorbed decode intensity: 242 at 128 heads, 30 at 16", "[roofline][mla]") {

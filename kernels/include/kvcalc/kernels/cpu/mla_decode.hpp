@@ -76,7 +76,7 @@ void mla_decode_naive(const MlaInputs& in, MlaOutput& out, unsigned threads);
 
 /// Over the reference's values (a prefix of `got`): 1 − 2Σxy / Σ(x² + y²) (FlashMLA's cosine
 /// difference), max |x − y|, and how many elements miss the per-element bar: |x − y| ≤
-/// `abs_bar`, or |x − y| ≤ `rel_bar` · max(|y|, rms(y)). That is FlashMLA's bar (REFERENCE §4)
+/// `abs_bar`, or |x − y| ≤ `rel_bar` · max(|y|, rms(y)). That is FlashMLA's test bar
 /// with the relative part's denominator floored at the output's RMS, because an end-to-end
 /// bf16 pipeline rounds intermediates (the absorbed query, the latent output) whose error
 /// spreads over every element rather than scaling with each one. A NaN anywhere makes the
@@ -87,7 +87,7 @@ struct Agreement {
   std::uint64_t elements_over_bar = 0;
   bool finite = true;
 };
-inline constexpr double k_abs_bar = 8e-4;       ///< FlashMLA's absolute bar (REFERENCE §4)
+inline constexpr double k_abs_bar = 8e-4;       ///< FlashMLA's absolute bar
 inline constexpr double k_rel_bar = 2.01 / 128; ///< FlashMLA's relative bar
 [[nodiscard]] Agreement compare(const std::vector<float>& got, const std::vector<double>& want,
                                 double abs_bar = k_abs_bar, double rel_bar = k_rel_bar);
