@@ -86,8 +86,27 @@ DType parse_dtype(std::string_view text, std::string_view what) {
   for (const auto& n : dtype_names()) {
     all += (all.empty() ? "" : ", ") + n;
   }
-  throw InputError("unknown " + std::string(what) + " '" + std::string(text) + "'" +
-                   did_you_mean(text, dtype_names()) + " (one of: " + all + ")");
+  // Aliases are candidates too, named with what they stand for: "fp9" is nearest "fp8", which
+  // users type for fp8_e4m3.
+  std::vector<std::string> candidates(dtype_names().begin(), dtype_names().end());
+  for (const auto& a : k_aliases) {
+    candidates.emplace_back(a.alias);
+  }
+  std::vector<std::string> matches = closest_matches(key, candidates);
+  std::string hint;
+  for (std::size_t i = 0; i < matches.size() && i < 3; ++i) {
+    hint += i == 0                                              ? "; did you mean "
+            : i + 1 == std::min<std::size_t>(matches.size(), 3) ? " or "
+                                                                : ", ";
+    hint += "'" + matches[i] + "'";
+    for (const auto& a : k_aliases) {
+      if (a.alias == matches[i]) {
+        hint += " (" + std::string(info(a.type).name) + ")";
+      }
+    }
+  }
+  throw InputError("unknown " + std::string(what) + " '" + std::string(text) + "'" + hint +
+                   (hint.empty() ? "" : "?") + " (one of: " + all + ")");
 }
 
 } // namespace kvcalc

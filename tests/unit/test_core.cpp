@@ -59,6 +59,10 @@ TEST_CASE("dtypes: bits, packed storage, aliases", "[core][dtype]") {
   CHECK_THROWS_WITH(parse_dtype("bf61", "--kv-dtype"),
                     Catch::Contains("unknown --kv-dtype 'bf61'") &&
                         Catch::Contains("did you mean 'bf16'?"));
+  // The aliases users type are candidates: fp9 is one edit from fp8 (fp8_e4m3), two from fp32.
+  CHECK_THROWS_WITH(parse_dtype("fp9", "--kv-dtype"),
+                    Catch::Contains("did you mean 'fp8' (fp8_e4m3)"));
+  CHECK_THROWS_WITH(parse_dtype("Float61", "--kv-dtype"), Catch::Contains("'float16' (fp16)"));
 }
 
 TEST_CASE("did-you-mean finds near misses only", "[core][spell]") {
