@@ -12,6 +12,8 @@
 
 #include "command.hpp"
 
+using namespace kvcalc::plan;
+
 namespace kvcalc::cli {
 
 namespace {

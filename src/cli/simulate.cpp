@@ -20,6 +20,8 @@
 
 #include "deployment.hpp"
 
+using namespace kvcalc::sim;
+
 namespace kvcalc::cli {
 
 namespace {

@@ -10,7 +10,7 @@
 
 #include "../core/yaml_support.hpp"
 
-namespace kvcalc {
+namespace kvcalc::plan {
 
 namespace {
 
@@ -352,4 +352,4 @@ std::vector<ScenarioResult> evaluate_plan(const Plan& plan, Diagnostics& diagnos
   return out;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::plan

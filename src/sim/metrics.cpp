@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace kvcalc {
+namespace kvcalc::sim {
 
 namespace {
 
@@ -126,4 +126,4 @@ std::vector<TimePoint> TimeSeries::points(double end_s) const {
   return out;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::sim

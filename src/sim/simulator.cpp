@@ -9,7 +9,7 @@
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
-namespace kvcalc {
+namespace kvcalc::sim {
 
 std::string_view preemption_name(Preemption p) {
   return k_preemptions.name(p);
@@ -634,4 +634,4 @@ SimResult simulate(const SimConfig& config, RequestSource& source,
   return instance.run();
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::sim

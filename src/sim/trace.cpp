@@ -9,7 +9,7 @@
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
-namespace kvcalc {
+namespace kvcalc::sim {
 
 namespace {
 
@@ -369,4 +369,4 @@ Request TraceReader::check(Request r, const std::string& prefix_name, bool has_p
   return r;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::sim

@@ -13,7 +13,7 @@
 
 #include "../core/yaml_support.hpp"
 
-namespace kvcalc {
+namespace kvcalc::sim {
 
 double Rng::uniform() {
   return static_cast<double>(m_engine() >> 11) * 0x1.0p-53;
@@ -475,4 +475,4 @@ std::optional<Request> SyntheticSource::next() {
   return r;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::sim

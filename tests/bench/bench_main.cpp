@@ -16,6 +16,7 @@
 #include <kvcalc/sim/simulator.hpp>
 
 using namespace kvcalc;
+using namespace kvcalc::sim;
 
 namespace {
 

@@ -49,16 +49,16 @@ void parse_one(unsigned char which, std::string_view text) {
     (void)kvcalc::parse_mla_mode(text);
     break;
   case 10:
-    (void)kvcalc::parse_preemption(text);
+    (void)kvcalc::sim::parse_preemption(text);
     break;
   case 11:
-    (void)kvcalc::parse_arrival(text);
+    (void)kvcalc::sim::parse_arrival(text);
     break;
   default: {
-    kvcalc::LengthDistribution d = kvcalc::parse_length_distribution(text, "--prompt");
-    (void)kvcalc::describe(d);
+    kvcalc::sim::LengthDistribution d = kvcalc::sim::parse_length_distribution(text, "--prompt");
+    (void)kvcalc::sim::describe(d);
     (void)d.mean();
-    kvcalc::Rng rng(1);
+    kvcalc::sim::Rng rng(1);
     for (int i = 0; i < 16; ++i) {
       (void)d.sample(rng);
     }

@@ -10,7 +10,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::istringstream in(kvcalc::fuzz::as_text(data, size));
   try {
-    kvcalc::TraceReader reader(in, "fuzz.trace");
+    kvcalc::sim::TraceReader reader(in, "fuzz.trace");
     while (reader.next()) {
     }
   } catch (const kvcalc::Error&) {

@@ -15,11 +15,11 @@ constexpr int k_requests = 64;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    kvcalc::Workload w = kvcalc::parse_workload(kvcalc::fuzz::as_text(data, size), "fuzz.yaml");
-    kvcalc::validate_workload(w);
-    (void)kvcalc::describe(w.prompt);
-    (void)kvcalc::describe(w.output);
-    kvcalc::SyntheticSource source(w);
+    kvcalc::sim::Workload w = kvcalc::sim::parse_workload(kvcalc::fuzz::as_text(data, size), "fuzz.yaml");
+    kvcalc::sim::validate_workload(w);
+    (void)kvcalc::sim::describe(w.prompt);
+    (void)kvcalc::sim::describe(w.output);
+    kvcalc::sim::SyntheticSource source(w);
     for (int i = 0; i < k_requests && source.next(); ++i) {
     }
   } catch (const kvcalc::Error&) {

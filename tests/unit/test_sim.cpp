@@ -8,6 +8,7 @@
 #include <kvcalc/sim/trace.hpp>
 
 using namespace kvcalc;
+using namespace kvcalc::sim;
 
 namespace {
 

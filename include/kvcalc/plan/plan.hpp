@@ -10,7 +10,7 @@
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/model/loader.hpp>
 
-namespace kvcalc {
+namespace kvcalc::plan {
 
 enum class RequirementKind {
   min_sequences, ///< at least `value` sequences of `context` tokens fit
@@ -81,4 +81,4 @@ struct ScenarioResult {
 /// Loads each scenario's model and GPU and checks its requirements.
 [[nodiscard]] std::vector<ScenarioResult> evaluate_plan(const Plan& plan, Diagnostics& diagnostics);
 
-} // namespace kvcalc
+} // namespace kvcalc::plan

@@ -8,7 +8,7 @@
 
 #include <kvcalc/core/checked.hpp>
 
-namespace kvcalc {
+namespace kvcalc::sim {
 
 /// Mean, percentiles and maximum of one latency, in seconds.
 struct LatencySummary {
@@ -74,4 +74,4 @@ private:
   std::vector<Bucket> m_buckets;
 };
 
-} // namespace kvcalc
+} // namespace kvcalc::sim

@@ -13,7 +13,7 @@
 #include <kvcalc/sim/metrics.hpp>
 #include <kvcalc/sim/workload.hpp>
 
-namespace kvcalc {
+namespace kvcalc::sim {
 
 /// What happens to a running sequence that loses its blocks.
 enum class Preemption {
@@ -113,4 +113,4 @@ struct SimResult {
 [[nodiscard]] SimResult simulate(const SimConfig& config, RequestSource& source,
                                  const std::function<void(const StepRecord&)>& on_step = {});
 
-} // namespace kvcalc
+} // namespace kvcalc::sim

@@ -11,7 +11,7 @@
 
 #include <kvcalc/sim/workload.hpp>
 
-namespace kvcalc {
+namespace kvcalc::sim {
 
 enum class TraceFormat { csv, jsonl };
 
@@ -43,4 +43,4 @@ private:
   std::map<std::string, std::pair<u64, u64>> m_prefixes; ///< name → id, prefix tokens
 };
 
-} // namespace kvcalc
+} // namespace kvcalc::sim

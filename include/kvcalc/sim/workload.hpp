@@ -14,7 +14,7 @@
 #include <kvcalc/core/checked.hpp>
 #include <kvcalc/core/names.hpp>
 
-namespace kvcalc {
+namespace kvcalc::sim {
 
 /// One request as the simulator sees it.
 struct Request {
@@ -159,4 +159,4 @@ private:
   std::size_t m_next = 0;
 };
 
-} // namespace kvcalc
+} // namespace kvcalc::sim
