@@ -9,6 +9,8 @@
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/measure/measure.hpp>
 
+using namespace kvcalc::measure;
+
 namespace kvcalc::cli {
 
 std::vector<Gpu> deployment_devices(const ParallelOptions& p,

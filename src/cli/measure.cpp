@@ -16,6 +16,8 @@
 
 #include "command.hpp"
 
+using namespace kvcalc::measure;
+
 namespace kvcalc::cli {
 
 namespace {

@@ -17,6 +17,8 @@
 
 #include "deployment.hpp"
 
+using namespace kvcalc::measure;
+
 namespace kvcalc::cli {
 
 namespace {

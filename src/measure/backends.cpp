@@ -17,9 +17,9 @@
 
 #include <kvcalc/core/error.hpp>
 
-namespace kvcalc {
+namespace kvcalc::measure {
 
-namespace measure_detail {
+namespace detail {
 
 namespace {
 
@@ -118,7 +118,7 @@ void AbsorbedOutput::check_naive(const MlaKernelConfig& c, const std::vector<flo
                           "mla_decode.absorbed over every sequence", k_between_strategies);
 }
 
-} // namespace measure_detail
+} // namespace detail
 
 namespace {
 
@@ -126,7 +126,7 @@ using kernels::median;
 
 /// Timed repeats of each CPU probe and kernel: k_timed_runs, or 3 with --quick.
 unsigned cpu_runs(bool quick) {
-  return quick ? 3 : measure_detail::k_timed_runs;
+  return quick ? 3 : detail::k_timed_runs;
 }
 
 std::string cpu_model() {
@@ -157,7 +157,7 @@ public:
   [[nodiscard]] unsigned threads() const override { return m_threads; }
   [[nodiscard]] double bytes_per_element() const override { return 2; } // bf16 cache and weights
   [[nodiscard]] double memory_available_bytes() const override {
-    return measure_detail::host_memory_available_bytes();
+    return detail::host_memory_available_bytes();
   }
   [[nodiscard]] double memory_needed_bytes(const MlaKernelConfig& c) const override {
     const kernels::MlaShape dims; // DeepSeek's widths, as run_mla uses them
@@ -196,12 +196,12 @@ public:
   }
 
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool quick) override {
-    kernels::MlaInputs in = kernels::make_mla_inputs(measure_detail::mla_shape(c), 20260101);
+    kernels::MlaInputs in = kernels::make_mla_inputs(detail::mla_shape(c), 20260101);
     auto kernel = naive ? kernels::mla_decode_naive : kernels::mla_decode_absorbed;
     kernels::MlaOutput out;
     kernel(in, out, m_threads);
     // Correctness before timing, on the first sequence (the reference is O(B·H·t·d_c)).
-    kernels::Agreement a = measure_detail::require_agreement(
+    kernels::Agreement a = detail::require_agreement(
         naive ? "mla_decode.naive" : "mla_decode.absorbed", c, out,
         kernels::mla_decode_reference(in, 1), "the double reference");
     if (naive) {
@@ -226,7 +226,7 @@ public:
 
 private:
   unsigned m_threads;
-  measure_detail::AbsorbedOutput m_absorbed;
+  detail::AbsorbedOutput m_absorbed;
 };
 
 /// Fixed figures, 80 GiB of memory, and kernel times of 1.25x (absorbed) and 1.4x (naive) the
@@ -278,7 +278,7 @@ bool cuda_backend_built() {
 
 bool cuda_device_present() {
 #if defined(KVCALC_MEASURE_CUDA)
-  return measure_detail::cuda_device_visible();
+  return detail::cuda_device_visible();
 #else
   return false;
 #endif
@@ -304,10 +304,10 @@ std::unique_ptr<MeasureBackend> make_measure_backend(std::string_view name) {
                        "CUDA_VISIBLE_DEVICES); use --backend cpu");
     }
 #if defined(KVCALC_MEASURE_CUDA)
-    return measure_detail::make_cuda_backend();
+    return detail::make_cuda_backend();
 #endif
   }
   throw InputError("unknown --backend '" + std::string(name) + "' (one of: auto, cpu, cuda, fake)");
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::measure

@@ -13,7 +13,7 @@
 
 #include <kvcalc/measure/measure.hpp>
 
-namespace kvcalc::measure_detail {
+namespace kvcalc::measure::detail {
 
 /// The bars a kernel's output must meet. Against the double reference: cosine difference
 /// ≤ 1e-5, every element within kernels::compare's bar, never NaN. Naive against absorbed over
@@ -65,4 +65,4 @@ private:
 [[nodiscard]] std::unique_ptr<MeasureBackend> make_cuda_backend();
 #endif
 
-} // namespace kvcalc::measure_detail
+} // namespace kvcalc::measure::detail

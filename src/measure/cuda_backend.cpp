@@ -13,7 +13,7 @@
 
 #include <kvcalc/core/error.hpp>
 
-namespace kvcalc::measure_detail {
+namespace kvcalc::measure::detail {
 
 namespace {
 
@@ -149,4 +149,4 @@ std::unique_ptr<MeasureBackend> make_cuda_backend() {
   return std::make_unique<CudaBackend>();
 }
 
-} // namespace kvcalc::measure_detail
+} // namespace kvcalc::measure::detail

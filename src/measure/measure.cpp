@@ -14,7 +14,7 @@
 
 #include "backends.hpp"
 
-namespace kvcalc {
+namespace kvcalc::measure {
 
 namespace {
 // DeepSeek MLA dimensions the kernels use.
@@ -163,4 +163,4 @@ DeviceProfile to_device_profile(const MeasureResult& r, std::string file) {
   return p;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::measure

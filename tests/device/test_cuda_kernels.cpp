@@ -14,6 +14,7 @@
 #include <kvcalc/measure/measure.hpp>
 
 using namespace kvcalc::kernels;
+using namespace kvcalc::measure;
 
 namespace {
 

@@ -15,6 +15,7 @@
 #include <kvcalc/model/registry.hpp>
 
 using namespace kvcalc;
+using namespace kvcalc::measure;
 
 namespace {
 
@@ -176,7 +177,7 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
         Catch::Contains("the device profile measured a CPU, one device"));
   }
   // With --measure on a machine without a GPU, before the probes run.
-  if (!kvcalc::cuda_device_present()) {
+  if (!kvcalc::measure::cuda_device_present()) {
     CHECK_THROWS_WITH(cli({"roofline", "llama-3.1-8b", "--measure", "--tp", "2"}),
                       Catch::Contains("the device profile measured a CPU, one device"));
   }
@@ -186,14 +187,14 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
 TEST_CASE(
     "measure: --backend cuda is a clear usage error without a usable GPU, auto's pick with one",
     "[cli][measure]") {
-  if (kvcalc::cuda_device_present()) {
+  if (kvcalc::measure::cuda_device_present()) {
     // A GPU is visible, so the build has CUDA: cuda is accepted and auto chooses it.
-    CHECK(kvcalc::cuda_backend_built());
-    CHECK(kvcalc::make_measure_backend("cuda")->name() == "cuda");
-    CHECK(kvcalc::make_measure_backend("auto")->name() == "cuda");
+    CHECK(kvcalc::measure::cuda_backend_built());
+    CHECK(kvcalc::measure::make_measure_backend("cuda")->name() == "cuda");
+    CHECK(kvcalc::measure::make_measure_backend("auto")->name() == "cuda");
     return;
   }
-  std::string want = kvcalc::cuda_backend_built() ? "no CUDA device is visible"
+  std::string want = kvcalc::measure::cuda_backend_built() ? "no CUDA device is visible"
                                                   : "this kvcalc was built without CUDA support";
   try {
     (void)cli({"measure", "--backend", "cuda"});
@@ -204,7 +205,7 @@ TEST_CASE(
     CHECK(message.find("use --backend cpu") != std::string::npos);
   }
   // auto falls back to the CPU.
-  CHECK(kvcalc::make_measure_backend("auto")->name() == "cpu");
+  CHECK(kvcalc::measure::make_measure_backend("auto")->name() == "cpu");
 }
 
 /// The first data row's value in column `name` of a CSV document.

@@ -5,6 +5,7 @@
 #include "../../src/measure/backends.hpp"
 
 using namespace kvcalc;
+using namespace kvcalc::measure;
 
 TEST_CASE("MLA kernel costs match the worked example of docs/formulas.md", "[measure]") {
   // DeepSeek dims, one head, 8 sequences of 4096 tokens, one query token, bf16.
@@ -70,14 +71,14 @@ TEST_CASE("a kernel that misses the bars is an error that says where", "[measure
   std::vector<double> want(2 * 128, 0.5); // the first sequence: 2 heads × d_v 128
   std::vector<float> got(want.begin(), want.end());
   kernels::Agreement a =
-      measure_detail::require_agreement("mla_decode.absorbed", c, got, want, "the reference");
+      measure::detail::require_agreement("mla_decode.absorbed", c, got, want, "the reference");
   CHECK(a.elements_over_bar == 0);
 
   for (std::size_t col = 64; col < 128; ++col) { // head 1's second half
     got[128 + col] = -0.5f;
   }
   try {
-    (void)measure_detail::require_agreement("mla_decode.absorbed", c, got, want, "the reference");
+    (void)measure::detail::require_agreement("mla_decode.absorbed", c, got, want, "the reference");
     FAIL("no error");
   } catch (const Error& e) {
     std::string what = e.what();
@@ -93,7 +94,7 @@ TEST_CASE("a kernel that misses the bars is an error that says where", "[measure
     got[i] = i % 2 == 0 ? 0.507f : 0.493f;
   }
   CHECK_THROWS_WITH(
-      measure_detail::require_agreement("mla_decode.absorbed", c, got, want, "the reference"),
+      measure::detail::require_agreement("mla_decode.absorbed", c, got, want, "the reference"),
       Catch::Contains("cos diff 9.8e-05 (bar 1e-05), max |err| 0.007; every element is within "
                       "the per-element bar"));
   // Between strategies the bars are twice as wide: one element 0.01 off at 0.5 (rms 0.5)
@@ -101,10 +102,10 @@ TEST_CASE("a kernel that misses the bars is an error that says where", "[measure
   got.assign(want.begin(), want.end());
   got[3] = 0.51f;
   CHECK_THROWS_AS(
-      measure_detail::require_agreement("mla_decode.naive", c, got, want, "the reference"), Error);
-  CHECK_NOTHROW(measure_detail::require_agreement("mla_decode.naive", c, got, want,
+      measure::detail::require_agreement("mla_decode.naive", c, got, want, "the reference"), Error);
+  CHECK_NOTHROW(measure::detail::require_agreement("mla_decode.naive", c, got, want,
                                                   "mla_decode.absorbed",
-                                                  measure_detail::k_between_strategies));
+                                                  measure::detail::k_between_strategies));
 }
 
 TEST_CASE("the roofline bound of a kernel uses the read probe as its memory ceiling", "[measure]") {

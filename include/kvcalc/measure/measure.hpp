@@ -11,7 +11,7 @@
 
 #include <kvcalc/roofline/roofline.hpp>
 
-namespace kvcalc {
+namespace kvcalc::measure {
 
 /// One MLA decode configuration (DeepSeek dimensions).
 struct MlaKernelConfig {
@@ -132,4 +132,4 @@ struct MeasureResult {
 /// The profile of a measurement (`file` names its origin), its details included.
 [[nodiscard]] DeviceProfile to_device_profile(const MeasureResult& result, std::string file);
 
-} // namespace kvcalc
+} // namespace kvcalc::measure
