@@ -17,6 +17,9 @@
 
 namespace kvcalc::cli {
 
+// The command layer describes its results with the report module's records, cells and tables.
+using namespace kvcalc::report;
+
 /// Help headings, in the order help lists them.
 inline constexpr const char* k_group_model = "Model and cache";
 inline constexpr const char* k_group_deployment = "Deployment";

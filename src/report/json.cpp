@@ -4,7 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
-namespace kvcalc {
+namespace kvcalc::report {
 
 Json& Json::operator[](const std::string& key) {
   if (std::holds_alternative<std::nullptr_t>(m_value)) {
@@ -128,4 +128,4 @@ std::string Json::dump(int indent) const {
   return out;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::report

@@ -2,7 +2,7 @@
 
 #include <kvcalc/core/error.hpp>
 
-namespace kvcalc {
+namespace kvcalc::report {
 
 Record& Record::value(std::string key, std::string header, Cell cell, Shown shown) {
   Entry e;
@@ -213,4 +213,4 @@ Table table_of(const std::vector<Record>& rows, const std::vector<ColumnRef>& co
   return table_of(pointers, columns);
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::report

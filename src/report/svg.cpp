@@ -8,7 +8,7 @@
 
 #include <kvcalc/report/table.hpp>
 
-namespace kvcalc {
+namespace kvcalc::report {
 
 namespace {
 
@@ -326,4 +326,4 @@ std::string render_svg(const std::vector<LineChart>& charts) {
   return s + "</svg>\n";
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::report

@@ -8,7 +8,7 @@
 
 #include <kvcalc/core/units.hpp>
 
-namespace kvcalc {
+namespace kvcalc::report {
 
 std::string human_bytes(std::uint64_t bytes, ByteUnits units) {
   const double base = units == ByteUnits::iec ? 1024.0 : 1000.0;
@@ -304,4 +304,4 @@ std::vector<std::string> render_derivation(const Derivation& derivation) {
   return out;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::report

@@ -9,6 +9,7 @@
 #include <kvcalc/report/table.hpp>
 
 using namespace kvcalc;
+using namespace kvcalc::report;
 
 namespace {
 

@@ -10,6 +10,7 @@
 #include <kvcalc/report/table.hpp>
 
 using namespace kvcalc;
+using namespace kvcalc::report;
 
 namespace {
 

@@ -6,6 +6,7 @@
 #include <kvcalc/report/table.hpp>
 
 using namespace kvcalc;
+using namespace kvcalc::report;
 
 TEST_CASE("human bytes keep the unit and four significant digits", "[report]") {
   CHECK(human_bytes(512, ByteUnits::iec) == "512 B");

@@ -8,7 +8,7 @@
 #include <variant>
 #include <vector>
 
-namespace kvcalc {
+namespace kvcalc::report {
 
 class Json {
 public:
@@ -52,4 +52,4 @@ private:
       m_value = nullptr;
 };
 
-} // namespace kvcalc
+} // namespace kvcalc::report

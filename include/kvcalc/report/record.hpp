@@ -12,7 +12,7 @@
 #include <kvcalc/report/json.hpp>
 #include <kvcalc/report/table.hpp>
 
-namespace kvcalc {
+namespace kvcalc::report {
 
 /// Which outputs an entry appears in.
 struct Shown {
@@ -100,4 +100,4 @@ struct ColumnRef {
 /// A JSON array of records.
 [[nodiscard]] Json json_of(const std::vector<Record>& rows);
 
-} // namespace kvcalc
+} // namespace kvcalc::report

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvcalc {
+namespace kvcalc::report {
 
 enum class PointStyle {
   other,    ///< grey circle
@@ -54,4 +54,4 @@ struct LineChart {
 /// One SVG of line charts, one above the other.
 [[nodiscard]] std::string render_svg(const std::vector<LineChart>& charts);
 
-} // namespace kvcalc
+} // namespace kvcalc::report

@@ -9,7 +9,7 @@
 
 #include <kvcalc/core/derivation.hpp>
 
-namespace kvcalc {
+namespace kvcalc::report {
 
 enum class Unit {
   text,
@@ -96,4 +96,4 @@ struct Table {
 /// RFC 4180 CSV of one table: header of column keys, exact raw values.
 [[nodiscard]] std::string render_csv(const Table& table);
 
-} // namespace kvcalc
+} // namespace kvcalc::report
