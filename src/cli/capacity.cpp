@@ -14,6 +14,8 @@
 
 #include "deployment.hpp"
 
+using namespace kvcalc::roofline;
+
 namespace kvcalc::cli {
 
 namespace {

@@ -18,6 +18,7 @@
 #include "deployment.hpp"
 
 using namespace kvcalc::measure;
+using namespace kvcalc::roofline;
 
 namespace kvcalc::cli {
 

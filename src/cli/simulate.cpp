@@ -21,6 +21,7 @@
 #include "deployment.hpp"
 
 using namespace kvcalc::sim;
+using namespace kvcalc::roofline;
 
 namespace kvcalc::cli {
 

@@ -1,6 +1,6 @@
 #include <kvcalc/roofline/roofline.hpp>
 
-namespace kvcalc {
+namespace kvcalc::roofline {
 
 DeviceRates device_rates(const Gpu& gpu, const DeviceProfile& profile) {
   DeviceRates r = device_rates(gpu);
@@ -32,4 +32,4 @@ DeviceRates device_rates(const Gpu& gpu, const DeviceProfile& profile) {
   return r;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::roofline

@@ -9,7 +9,7 @@
 #include <kvcalc/kv/weights.hpp>
 #include <kvcalc/model/params.hpp>
 
-namespace kvcalc {
+namespace kvcalc::roofline {
 
 std::string_view phase_name(Phase p) {
   return k_phases.name(p);
@@ -671,4 +671,4 @@ MlaCrossover mla_crossover(const RooflineRequest& req) {
   return c;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::roofline

@@ -9,6 +9,8 @@
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
+using namespace kvcalc::roofline;
+
 namespace kvcalc::sim {
 
 std::string_view preemption_name(Preemption p) {
@@ -356,7 +358,7 @@ private:
 
   /// Records `n` new tokens of `s` in this step's load and in the cache.
   void schedule(Seq& s, u64 n) {
-    Phase phase = s.generated > 0 && s.known() - s.computed == 1 ? Phase::decode
+    roofline::Phase phase = s.generated > 0 && s.known() - s.computed == 1 ? Phase::decode
                   : s.computed == 0                              ? Phase::prefill
                                                                  : Phase::extend;
     m_cost.add(m_load, phase, n, s.computed, 1, m_cost.attention_share());
@@ -392,7 +394,7 @@ private:
 
   double step(double now) {
     u64 budget = m_c.max_batched_tokens;
-    m_load = StepLoad{};
+    m_load = roofline::StepLoad{};
     m_step_swap_s = 0;
     m_preempted_now = false;
     m_decode_tokens = 0;

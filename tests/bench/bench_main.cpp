@@ -17,6 +17,7 @@
 
 using namespace kvcalc;
 using namespace kvcalc::sim;
+using namespace kvcalc::roofline;
 
 namespace {
 

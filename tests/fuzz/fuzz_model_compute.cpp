@@ -38,15 +38,15 @@ void compute_all(const kvcalc::Model& model) {
     }
   }
 
-  kvcalc::RooflineRequest roofline;
+  kvcalc::roofline::RooflineRequest roofline;
   roofline.model = model;
   roofline.gpu = gpu;
-  roofline.rates = kvcalc::device_rates(gpu);
+  roofline.rates = kvcalc::roofline::device_rates(gpu);
   roofline.context = 4096;
-  (void)kvcalc::compute_roofline(roofline);
+  (void)kvcalc::roofline::compute_roofline(roofline);
   roofline.parallel.tp = 2;
   try {
-    (void)kvcalc::compute_roofline(roofline);
+    (void)kvcalc::roofline::compute_roofline(roofline);
   } catch (const kvcalc::Error&) {
   }
 }

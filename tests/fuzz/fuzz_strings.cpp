@@ -43,10 +43,10 @@ void parse_one(unsigned char which, std::string_view text) {
     (void)kvcalc::parse_engine(text);
     break;
   case 8:
-    (void)kvcalc::parse_phase(text);
+    (void)kvcalc::roofline::parse_phase(text);
     break;
   case 9:
-    (void)kvcalc::parse_mla_mode(text);
+    (void)kvcalc::roofline::parse_mla_mode(text);
     break;
   case 10:
     (void)kvcalc::sim::parse_preemption(text);

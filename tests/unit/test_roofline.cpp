@@ -5,6 +5,7 @@
 #include <kvcalc/roofline/roofline.hpp>
 
 using namespace kvcalc;
+using namespace kvcalc::roofline;
 
 namespace {
 

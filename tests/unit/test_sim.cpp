@@ -9,6 +9,7 @@
 
 using namespace kvcalc;
 using namespace kvcalc::sim;
+using namespace kvcalc::roofline;
 
 namespace {
 
@@ -28,7 +29,7 @@ CapacityRequest capacity_request(const char* model, const char* gpu, u64 tp) {
 
 SimConfig config(const char* model, const char* gpu, u64 tp) {
   CapacityRequest q = capacity_request(model, gpu, tp);
-  return instance_config(q, compute_capacity(q), device_rates(q.gpu), MlaMode::automatic);
+  return instance_config(q, compute_capacity(q), roofline::device_rates(q.gpu), MlaMode::automatic);
 }
 
 std::vector<Request> burst(u64 n, u64 prompt, u64 output) {
@@ -82,13 +83,13 @@ u64 sum_stored(const std::vector<Request>& rs) {
 // decode steps at contexts 2,001 … 2,000 + 9; TPOT is their mean.
 TEST_CASE("one request: TTFT and E2E are the roofline's step times", "[sim]") {
   SimConfig c = config("llama-3.1-8b", "h100-sxm", 1);
-  StepCost cost(c.step);
-  StepLoad prefill;
+  roofline::StepCost cost(c.step);
+  roofline::StepLoad prefill;
   cost.add(prefill, Phase::prefill, 2000, 0, 1, 1);
   double ttft = cost.time_s(prefill);
   double decode = 0;
   for (u64 k = 0; k < 9; ++k) {
-    StepLoad step;
+    roofline::StepLoad step;
     cost.add(step, Phase::decode, 1, 2000 + k, 1, 1);
     decode += cost.time_s(step);
   }
@@ -120,11 +121,11 @@ TEST_CASE("a uniform decode step costs what compute_roofline gives", "[sim]") {
   CHECK(steps[0].prefill_tokens == 64000);
   REQUIRE(steps[1].decode_tokens == 64);
   REQUIRE(steps[1].prefill_tokens == 0);
-  RooflineRequest q = c.step;
+  roofline::RooflineRequest q = c.step;
   q.phase = Phase::decode;
   q.batch = 64;
   q.context = 1001;
-  CHECK(steps[1].duration_s == Approx(compute_roofline(q).time_s).epsilon(1e-9));
+  CHECK(steps[1].duration_s == Approx(roofline::compute_roofline(q).time_s).epsilon(1e-9));
   q.context = 1002;
   CHECK(steps[2].duration_s == Approx(compute_roofline(q).time_s).epsilon(1e-9));
 }
@@ -217,11 +218,11 @@ TEST_CASE("output throughput never exceeds the roofline's decode bound", "[sim][
   SimConfig c = config("llama-3.1-70b", "h200", 4);
   SimResult r = run(c, burst(300, 512, 256));
   REQUIRE(r.requests_completed == 300);
-  RooflineRequest q = c.step;
+  roofline::RooflineRequest q = c.step;
   q.phase = Phase::decode;
   q.batch = r.peak_running;
   q.context = 512;
-  double bound = compute_roofline(q).tokens_per_s;
+  double bound = roofline::compute_roofline(q).tokens_per_s;
   CHECK(r.output_tokens_per_s > 0.3 * bound); // and it is not far below it
   CHECK(r.output_tokens_per_s <= bound);
 }
@@ -247,7 +248,7 @@ TEST_CASE("requests sharing a prefix skip its prefill after the first", "[sim][p
 TEST_CASE("instance_config: the engine's pool, and clear refusals", "[sim]") {
   CapacityRequest q = capacity_request("deepseek-v3", "h200", 8);
   CapacityResult cap = compute_capacity(q);
-  SimConfig c = instance_config(q, cap, device_rates(q.gpu), MlaMode::automatic);
+  SimConfig c = instance_config(q, cap, roofline::device_rates(q.gpu), MlaMode::automatic);
   CHECK(c.block_size == 64);                  // vLLM's FlashMLA block on Hopper
   CHECK(c.pool_blocks == cap.num_blocks - 1); // the null block is never handed out
   CHECK(c.max_batched_tokens == 8192);
@@ -255,16 +256,16 @@ TEST_CASE("instance_config: the engine's pool, and clear refusals", "[sim]") {
 
   q.parallel.dp_attention = true;
   CapacityResult dp = compute_capacity(q);
-  SimConfig cd = instance_config(q, dp, device_rates(q.gpu), MlaMode::automatic);
+  SimConfig cd = instance_config(q, dp, roofline::device_rates(q.gpu), MlaMode::automatic);
   CHECK(cd.pool_blocks == 8 * cd.sequence_blocks_limit);
 
   CapacityRequest one = capacity_request("deepseek-v3", "h200", 1);
   CHECK_THROWS_WITH(
-      instance_config(one, compute_capacity(one), device_rates(one.gpu), MlaMode::automatic),
+      instance_config(one, compute_capacity(one), roofline::device_rates(one.gpu), MlaMode::automatic),
       Catch::Contains("does not fit on 1 × h200"));
   q.parallel = {16, 8, 1, 0, 1, false};
   CHECK_THROWS_WITH(
-      instance_config(q, compute_capacity(q), device_rates(q.gpu), MlaMode::automatic),
+      instance_config(q, compute_capacity(q), roofline::device_rates(q.gpu), MlaMode::automatic),
       Catch::Contains("one serving instance"));
 }
 

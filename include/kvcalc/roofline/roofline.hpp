@@ -16,7 +16,7 @@
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/model/model.hpp>
 
-namespace kvcalc {
+namespace kvcalc::roofline {
 
 enum class Phase {
   decode,  ///< s new tokens per request over a cache of `context` tokens
@@ -253,12 +253,12 @@ struct MlaCrossover {
 /// E · (1 − (1 − k/E)^n): experts a batch of n tokens touches under uniform routing.
 [[nodiscard]] double expected_experts(u64 experts, u64 per_token, double tokens);
 
-} // namespace kvcalc
+} // namespace kvcalc::roofline
 
-namespace kvcalc {
+namespace kvcalc::roofline {
 
 /// Ceilings from a profile. Dtypes it did not measure take the datasheet peak of `gpu` scaled
 /// by the measured/datasheet ratio of bf16 (said in the source line); the link likewise.
 [[nodiscard]] DeviceRates device_rates(const Gpu& gpu, const DeviceProfile& profile);
 
-} // namespace kvcalc
+} // namespace kvcalc::roofline

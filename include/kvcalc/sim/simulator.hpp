@@ -28,7 +28,7 @@ inline constexpr NameTable<Preemption, 2> k_preemptions{
 
 /// One serving instance, ready to simulate.
 struct SimConfig {
-  RooflineRequest step; ///< model, GPU, rates, cache, weights, parallelism, MLA mode
+  roofline::RooflineRequest step; ///< model, GPU, rates, cache, weights, parallelism, MLA mode
   /// The engine's pools with the capacity of the whole instance, and what a sequence holds in
   /// each (docs/simulate.md, "KV pools"). Empty: one pool of `pool_blocks` blocks of
   /// `block_size` tokens, every layer holding every token.
@@ -52,8 +52,8 @@ struct SimConfig {
 /// price the steps. Throws InputError when the model does not fit, or when the deployment holds
 /// more than one model copy (simulate one copy).
 [[nodiscard]] SimConfig instance_config(const CapacityRequest& request,
-                                        const CapacityResult& capacity, const DeviceRates& rates,
-                                        MlaMode mla);
+                                        const CapacityResult& capacity,
+                                        const roofline::DeviceRates& rates, roofline::MlaMode mla);
 
 /// One step of the run, for timelines.
 struct StepRecord {
