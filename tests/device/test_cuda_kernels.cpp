@@ -214,13 +214,13 @@ TEST_CASE("CUDA probes give plausible ceilings", "[cuda][probes]") {
 }
 
 TEST_CASE("the cuda measure backend checks, times and reports phases", "[cuda][measure]") {
-  auto backend = kvcalc::make_measure_backend("cuda");
-  kvcalc::MeasureOptions o;
+  auto backend = make_measure_backend("cuda");
+  MeasureOptions o;
   o.quick = true;
   o.heads = {16};
   o.batches = {8};
   o.contexts = {1024};
-  kvcalc::MeasureResult r = kvcalc::run_measure(*backend, o);
+  MeasureResult r = run_measure(*backend, o);
   REQUIRE(r.kernels.size() == 2);
   for (const auto& k : r.kernels) {
     CHECK(k.time_s > 0);
