@@ -15,6 +15,7 @@
 #include "deployment.hpp"
 
 using namespace kvcalc::roofline;
+using namespace kvcalc::kv;
 
 namespace kvcalc::cli {
 

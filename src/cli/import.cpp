@@ -11,6 +11,8 @@
 
 #include "command.hpp"
 
+using namespace kvcalc::kv;
+
 namespace kvcalc::cli {
 
 namespace {

@@ -10,6 +10,8 @@
 
 #include "command.hpp"
 
+using namespace kvcalc::kv;
+
 namespace kvcalc::cli {
 
 namespace {

@@ -17,7 +17,9 @@
 
 namespace kvcalc::cli {
 
-// The command layer describes its results with the report module's records, cells and tables.
+// The command layer computes with the kv module and describes its results with the report
+// module's records, cells and tables.
+using namespace kvcalc::kv;
 using namespace kvcalc::report;
 
 /// Help headings, in the order help lists them.

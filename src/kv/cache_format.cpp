@@ -5,7 +5,7 @@
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 ScaleSpec default_scale(DType dtype) {
   switch (dtype) {
@@ -165,4 +165,4 @@ std::string describe(const CacheFormat& f) {
   return out;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

@@ -5,7 +5,7 @@
 
 #include <kvcalc/core/units.hpp>
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 u64 StateTensor::elements() const {
   u64 n = 1;
@@ -368,4 +368,4 @@ void explain_groups(const std::vector<CacheGroup>& groups, Derivation& why) {
   }
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

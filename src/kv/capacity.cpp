@@ -10,7 +10,7 @@
 
 #include "engine_rules.hpp"
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 std::string_view engine_name(Engine e) {
   return k_engines.name(e);
@@ -108,7 +108,7 @@ u64 SequencePool::prefix_block_size() const {
   return 0;
 }
 
-namespace kv_detail {
+namespace detail {
 
 long long signed_difference(u64 budget, u64 used) {
   return budget >= used ? static_cast<long long>(budget - used)
@@ -146,11 +146,11 @@ const EngineRules& engine_rules(Engine e) {
   return plain_rules();
 }
 
-} // namespace kv_detail
+} // namespace detail
 
 namespace {
 
-using namespace kv_detail;
+using namespace detail;
 
 /// A documented estimate of the activation peak of one step of `tokens` tokens on one GPU:
 /// residual and normed hidden states plus the widest intermediate, in the activation dtype,
@@ -348,4 +348,4 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
   return r;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

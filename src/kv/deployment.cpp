@@ -4,7 +4,7 @@
 #include <kvcalc/core/error.hpp>
 #include <kvcalc/core/units.hpp>
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 Deployment resolve_deployment(const Model& m, const Parallelism& asked,
                               std::optional<DType> weight_dtype) {
@@ -68,4 +68,4 @@ Deployment resolve_deployment(const Model& m, const Parallelism& asked,
   return d;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

@@ -5,7 +5,7 @@
 
 #include "engine_rules.hpp"
 
-namespace kvcalc::kv_detail {
+namespace kvcalc::kv::detail {
 
 namespace {
 
@@ -109,4 +109,4 @@ const EngineRules& plain_rules() {
   return rules;
 }
 
-} // namespace kvcalc::kv_detail
+} // namespace kvcalc::kv::detail

@@ -8,7 +8,7 @@
 
 #include <kvcalc/kv/capacity.hpp>
 
-namespace kvcalc::kv_detail {
+namespace kvcalc::kv::detail {
 
 inline constexpr u64 k_mib = 1ULL << 20;
 inline constexpr u64 k_gib = 1ULL << 30;
@@ -97,4 +97,4 @@ const EngineRules& trtllm_rules();
 /// Per-token groups (not states) of `groups`.
 [[nodiscard]] bool is_per_token(const CacheGroup& g);
 
-} // namespace kvcalc::kv_detail
+} // namespace kvcalc::kv::detail

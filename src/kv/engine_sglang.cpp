@@ -25,10 +25,10 @@
 
 #include "engine_rules.hpp"
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 double sglang_mem_fraction_static(const Gpu& gpu, u64 tp, u64 pp, bool dp_attention) {
-  double mem = static_cast<double>(gpu.memory_bytes / kv_detail::k_mib); // nvidia-smi MiB
+  double mem = static_cast<double>(gpu.memory_bytes / detail::k_mib); // nvidia-smi MiB
   double chunk = 0;
   double graph_bs = 0;
   bool small_tp = tp < 4;
@@ -54,7 +54,7 @@ double sglang_mem_fraction_static(const Gpu& gpu, u64 tp, u64 pp, bool dp_attent
   return std::round((mem - reserved) / mem * 1000) / 1000;
 }
 
-namespace kv_detail {
+namespace detail {
 
 namespace {
 
@@ -332,6 +332,6 @@ const EngineRules& sglang_rules() {
   return rules;
 }
 
-} // namespace kv_detail
+} // namespace detail
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

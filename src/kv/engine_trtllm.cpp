@@ -24,7 +24,7 @@
 
 #include "engine_rules.hpp"
 
-namespace kvcalc::kv_detail {
+namespace kvcalc::kv::detail {
 
 namespace {
 
@@ -209,4 +209,4 @@ const EngineRules& trtllm_rules() {
   return rules;
 }
 
-} // namespace kvcalc::kv_detail
+} // namespace kvcalc::kv::detail

@@ -26,7 +26,7 @@
 
 #include "engine_rules.hpp"
 
-namespace kvcalc::kv_detail {
+namespace kvcalc::kv::detail {
 
 namespace {
 
@@ -329,4 +329,4 @@ const EngineRules& vllm_rules() {
   return rules;
 }
 
-} // namespace kvcalc::kv_detail
+} // namespace kvcalc::kv::detail

@@ -4,7 +4,7 @@
 
 #include <kvcalc/core/units.hpp>
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 namespace {
 
@@ -127,4 +127,4 @@ Footprint compute_footprint(const Model& m, const FootprintOptions& options) {
   return out;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

@@ -1,6 +1,6 @@
 #include <kvcalc/kv/weights.hpp>
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 u64 tensor_bytes(const TensorGroup& t, DType dtype) {
   u64 elements = checked_mul(t.rows, t.cols, "weight elements");
@@ -90,4 +90,4 @@ WeightBytes weight_bytes(const Model& m, const ParamCount& params,
   return out;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

@@ -201,9 +201,9 @@ public:
     kernels::MlaOutput out;
     kernel(in, out, m_threads);
     // Correctness before timing, on the first sequence (the reference is O(B·H·t·d_c)).
-    kernels::Agreement a = detail::require_agreement(
-        naive ? "mla_decode.naive" : "mla_decode.absorbed", c, out,
-        kernels::mla_decode_reference(in, 1), "the double reference");
+    kernels::Agreement a =
+        detail::require_agreement(naive ? "mla_decode.naive" : "mla_decode.absorbed", c, out,
+                                  kernels::mla_decode_reference(in, 1), "the double reference");
     if (naive) {
       m_absorbed.check_naive(c, out);
     } else {

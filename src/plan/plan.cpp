@@ -10,6 +10,8 @@
 
 #include "../core/yaml_support.hpp"
 
+using namespace kvcalc::kv;
+
 namespace kvcalc::plan {
 
 namespace {

@@ -9,6 +9,8 @@
 #include <kvcalc/kv/weights.hpp>
 #include <kvcalc/model/params.hpp>
 
+using namespace kvcalc::kv;
+
 namespace kvcalc::roofline {
 
 std::string_view phase_name(Phase p) {

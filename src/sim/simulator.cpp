@@ -10,6 +10,7 @@
 #include <kvcalc/core/units.hpp>
 
 using namespace kvcalc::roofline;
+using namespace kvcalc::kv;
 
 namespace kvcalc::sim {
 
@@ -359,8 +360,8 @@ private:
   /// Records `n` new tokens of `s` in this step's load and in the cache.
   void schedule(Seq& s, u64 n) {
     roofline::Phase phase = s.generated > 0 && s.known() - s.computed == 1 ? Phase::decode
-                  : s.computed == 0                              ? Phase::prefill
-                                                                 : Phase::extend;
+                            : s.computed == 0                              ? Phase::prefill
+                                                                           : Phase::extend;
     m_cost.add(m_load, phase, n, s.computed, 1, m_cost.attention_share());
     (phase == Phase::decode ? m_decode_tokens : m_prefill_tokens) += n;
     if (s.computed < s.high) {

@@ -18,6 +18,7 @@
 using namespace kvcalc;
 using namespace kvcalc::sim;
 using namespace kvcalc::roofline;
+using namespace kvcalc::kv;
 
 namespace {
 

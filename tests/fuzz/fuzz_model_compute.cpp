@@ -17,23 +17,23 @@ namespace {
 const std::vector<kvcalc::u64> k_contexts{1, 4096, 131072, kvcalc::u64{1} << 20};
 
 void compute_all(const kvcalc::Model& model) {
-  kvcalc::FootprintOptions footprint;
+  kvcalc::kv::FootprintOptions footprint;
   footprint.contexts = k_contexts;
   footprint.block_size = 16;
-  (void)kvcalc::compute_footprint(model, footprint);
+  (void)kvcalc::kv::compute_footprint(model, footprint);
   (void)kvcalc::count_params(model);
 
   const kvcalc::Gpu& gpu = kvcalc::builtin_gpus().front();
-  for (kvcalc::Engine engine : {kvcalc::Engine::plain, kvcalc::Engine::vllm, kvcalc::Engine::sglang,
-                                kvcalc::Engine::trtllm}) {
+  for (kvcalc::kv::Engine engine : {kvcalc::kv::Engine::plain, kvcalc::kv::Engine::vllm,
+                                    kvcalc::kv::Engine::sglang, kvcalc::kv::Engine::trtllm}) {
     try {
-      kvcalc::CapacityRequest request;
+      kvcalc::kv::CapacityRequest request;
       request.model = model;
       request.gpu = gpu;
       request.engine.engine = engine;
       request.contexts = k_contexts;
       request.max_context_at = 1;
-      (void)kvcalc::compute_capacity(request);
+      (void)kvcalc::kv::compute_capacity(request);
     } catch (const kvcalc::Error&) {
     }
   }

@@ -34,13 +34,13 @@ void parse_one(unsigned char which, std::string_view text) {
     (void)kvcalc::parse_dtype(text, "--kv-dtype");
     break;
   case 5:
-    (void)kvcalc::parse_scale(text);
+    (void)kvcalc::kv::parse_scale(text);
     break;
   case 6:
-    (void)kvcalc::parse_mla_format(text);
+    (void)kvcalc::kv::parse_mla_format(text);
     break;
   case 7:
-    (void)kvcalc::parse_engine(text);
+    (void)kvcalc::kv::parse_engine(text);
     break;
   case 8:
     (void)kvcalc::roofline::parse_phase(text);

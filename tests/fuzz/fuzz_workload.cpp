@@ -15,7 +15,8 @@ constexpr int k_requests = 64;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    kvcalc::sim::Workload w = kvcalc::sim::parse_workload(kvcalc::fuzz::as_text(data, size), "fuzz.yaml");
+    kvcalc::sim::Workload w =
+        kvcalc::sim::parse_workload(kvcalc::fuzz::as_text(data, size), "fuzz.yaml");
     kvcalc::sim::validate_workload(w);
     (void)kvcalc::sim::describe(w.prompt);
     (void)kvcalc::sim::describe(w.output);

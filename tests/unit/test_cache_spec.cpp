@@ -8,6 +8,7 @@
 #include <kvcalc/model/registry.hpp>
 
 using namespace kvcalc;
+using namespace kvcalc::kv;
 
 namespace {
 

@@ -194,8 +194,9 @@ TEST_CASE(
     CHECK(kvcalc::measure::make_measure_backend("auto")->name() == "cuda");
     return;
   }
-  std::string want = kvcalc::measure::cuda_backend_built() ? "no CUDA device is visible"
-                                                  : "this kvcalc was built without CUDA support";
+  std::string want = kvcalc::measure::cuda_backend_built()
+                         ? "no CUDA device is visible"
+                         : "this kvcalc was built without CUDA support";
   try {
     (void)cli({"measure", "--backend", "cuda"});
     FAIL("--backend cuda ran without a GPU");

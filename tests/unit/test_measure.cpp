@@ -104,8 +104,8 @@ TEST_CASE("a kernel that misses the bars is an error that says where", "[measure
   CHECK_THROWS_AS(
       measure::detail::require_agreement("mla_decode.naive", c, got, want, "the reference"), Error);
   CHECK_NOTHROW(measure::detail::require_agreement("mla_decode.naive", c, got, want,
-                                                  "mla_decode.absorbed",
-                                                  measure::detail::k_between_strategies));
+                                                   "mla_decode.absorbed",
+                                                   measure::detail::k_between_strategies));
 }
 
 TEST_CASE("the roofline bound of a kernel uses the read probe as its memory ceiling", "[measure]") {

@@ -10,6 +10,7 @@
 using namespace kvcalc;
 using namespace kvcalc::sim;
 using namespace kvcalc::roofline;
+using namespace kvcalc::kv;
 
 namespace {
 
@@ -28,8 +29,9 @@ CapacityRequest capacity_request(const char* model, const char* gpu, u64 tp) {
 }
 
 SimConfig config(const char* model, const char* gpu, u64 tp) {
-  CapacityRequest q = capacity_request(model, gpu, tp);
-  return instance_config(q, compute_capacity(q), roofline::device_rates(q.gpu), MlaMode::automatic);
+  kv::CapacityRequest q = capacity_request(model, gpu, tp);
+  return instance_config(q, kv::compute_capacity(q), roofline::device_rates(q.gpu),
+                         MlaMode::automatic);
 }
 
 std::vector<Request> burst(u64 n, u64 prompt, u64 output) {
@@ -246,8 +248,8 @@ TEST_CASE("requests sharing a prefix skip its prefill after the first", "[sim][p
 }
 
 TEST_CASE("instance_config: the engine's pool, and clear refusals", "[sim]") {
-  CapacityRequest q = capacity_request("deepseek-v3", "h200", 8);
-  CapacityResult cap = compute_capacity(q);
+  kv::CapacityRequest q = capacity_request("deepseek-v3", "h200", 8);
+  kv::CapacityResult cap = compute_capacity(q);
   SimConfig c = instance_config(q, cap, roofline::device_rates(q.gpu), MlaMode::automatic);
   CHECK(c.block_size == 64);                  // vLLM's FlashMLA block on Hopper
   CHECK(c.pool_blocks == cap.num_blocks - 1); // the null block is never handed out
@@ -255,18 +257,18 @@ TEST_CASE("instance_config: the engine's pool, and clear refusals", "[sim]") {
   CHECK(c.max_seqs == 1024);
 
   q.parallel.dp_attention = true;
-  CapacityResult dp = compute_capacity(q);
+  kv::CapacityResult dp = compute_capacity(q);
   SimConfig cd = instance_config(q, dp, roofline::device_rates(q.gpu), MlaMode::automatic);
   CHECK(cd.pool_blocks == 8 * cd.sequence_blocks_limit);
 
-  CapacityRequest one = capacity_request("deepseek-v3", "h200", 1);
-  CHECK_THROWS_WITH(
-      instance_config(one, compute_capacity(one), roofline::device_rates(one.gpu), MlaMode::automatic),
-      Catch::Contains("does not fit on 1 × h200"));
+  kv::CapacityRequest one = capacity_request("deepseek-v3", "h200", 1);
+  CHECK_THROWS_WITH(instance_config(one, kv::compute_capacity(one), roofline::device_rates(one.gpu),
+                                    MlaMode::automatic),
+                    Catch::Contains("does not fit on 1 × h200"));
   q.parallel = {16, 8, 1, 0, 1, false};
-  CHECK_THROWS_WITH(
-      instance_config(q, compute_capacity(q), roofline::device_rates(q.gpu), MlaMode::automatic),
-      Catch::Contains("one serving instance"));
+  CHECK_THROWS_WITH(instance_config(q, kv::compute_capacity(q), roofline::device_rates(q.gpu),
+                                    MlaMode::automatic),
+                    Catch::Contains("one serving instance"));
 }
 
 TEST_CASE("random numbers and distributions are fixed by the seed", "[sim][workload]") {

@@ -10,7 +10,7 @@
 #include <kvcalc/core/names.hpp>
 #include <kvcalc/model/model.hpp>
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 enum class ScaleGranularity {
   none,           ///< unscaled (fp32, fp16, bf16)
@@ -88,4 +88,4 @@ struct CacheFormat {
 /// "bf16", "fp8_e4m3 + fp32 scale per token per head", "fp8_ds_mla", "expanded bf16".
 [[nodiscard]] std::string describe(const CacheFormat& f);
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

@@ -12,7 +12,7 @@
 #include <kvcalc/kv/cache_format.hpp>
 #include <kvcalc/model/model.hpp>
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 /// How what a layer keeps grows with the context.
 enum class CacheKind {
@@ -118,4 +118,4 @@ struct CacheLayout {
 /// The derivation of each group's spec ("full: 8 KV heads × (K 128 + V 128) × 2 B = 4,096 B").
 void explain_groups(const std::vector<CacheGroup>& groups, Derivation& why);
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

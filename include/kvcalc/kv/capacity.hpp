@@ -16,7 +16,7 @@
 #include <kvcalc/kv/weights.hpp>
 #include <kvcalc/model/model.hpp>
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 enum class Engine { plain, vllm, sglang, trtllm };
 
@@ -155,4 +155,4 @@ struct CapacityResult {
 /// SGLang's default mem_fraction_static for this GPU and parallelism (v0.5.3+ rule).
 [[nodiscard]] double sglang_mem_fraction_static(const Gpu& gpu, u64 tp, u64 pp, bool dp_attention);
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

@@ -7,7 +7,7 @@
 #include <kvcalc/core/dtype.hpp>
 #include <kvcalc/model/model.hpp>
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 struct Parallelism {
   u64 gpus = 0;              ///< GPUs in the deployment; 0: tp × pp
@@ -33,4 +33,4 @@ struct Deployment {
 [[nodiscard]] Deployment resolve_deployment(const Model& m, const Parallelism& p,
                                             std::optional<DType> weight_dtype);
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

@@ -10,7 +10,7 @@
 #include <kvcalc/kv/cache_spec.hpp>
 #include <kvcalc/model/model.hpp>
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 struct FootprintOptions {
   CacheRequest cache;
@@ -40,4 +40,4 @@ struct Footprint {
 
 [[nodiscard]] Footprint compute_footprint(const Model& m, const FootprintOptions& options);
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

@@ -7,7 +7,7 @@
 #include <kvcalc/core/dtype.hpp>
 #include <kvcalc/model/params.hpp>
 
-namespace kvcalc {
+namespace kvcalc::kv {
 
 /// How one copy of the model is split over GPUs.
 struct WeightSharding {
@@ -39,4 +39,4 @@ struct WeightBytes {
                                        std::optional<DType> weight_dtype,
                                        const WeightSharding& sharding);
 
-} // namespace kvcalc
+} // namespace kvcalc::kv

@@ -47,7 +47,7 @@ struct PlanScenario {
   std::string name;
   std::string model; ///< name or path, resolved against the plan's folder
   std::string gpu;
-  CapacityRequest request; ///< model and gpu filled in when evaluated
+  kv::CapacityRequest request; ///< model and gpu filled in when evaluated
   std::vector<Requirement> requirements;
   SourceLocation where;
 };
@@ -73,7 +73,7 @@ struct RequirementResult {
 struct ScenarioResult {
   const PlanScenario* scenario = nullptr;
   Model model;
-  CapacityResult capacity;
+  kv::CapacityResult capacity;
   std::vector<RequirementResult> requirements;
   [[nodiscard]] bool passed() const;
 };

@@ -65,9 +65,9 @@ struct RooflineRequest {
   Model model;
   Gpu gpu;
   DeviceRates rates;
-  CacheRequest cache;
+  kv::CacheRequest cache;
   std::optional<DType> weight_dtype; ///< nullopt: the checkpoint's
-  Parallelism parallel;              ///< tp, pp, ep, dp_attention (gpus and dcp unused)
+  kv::Parallelism parallel;          ///< tp, pp, ep, dp_attention (gpus and dcp unused)
   Phase phase = Phase::decode;
   u64 batch = 1;      ///< sequences of one model copy
   u64 context = 4096; ///< decode: tokens in the cache; prefill: the prompt; extend: the prefix

@@ -32,7 +32,7 @@ struct SimConfig {
   /// The engine's pools with the capacity of the whole instance, and what a sequence holds in
   /// each (docs/simulate.md, "KV pools"). Empty: one pool of `pool_blocks` blocks of
   /// `block_size` tokens, every layer holding every token.
-  std::vector<SequencePool> pools;
+  std::vector<kv::SequencePool> pools;
   std::vector<u64> pool_limits;     ///< most units one sequence may hold in each (one rank's pool)
   u64 pool_blocks = 0;              ///< units of the first pool (KV blocks, or tokens, or bytes)
   u64 block_size = 1;               ///< tokens per block of its full layers (1: token-granular)
@@ -51,8 +51,8 @@ struct SimConfig {
 /// attention-DP rank, times the ranks), its token budget and sequence limit. `rates` and `mla`
 /// price the steps. Throws InputError when the model does not fit, or when the deployment holds
 /// more than one model copy (simulate one copy).
-[[nodiscard]] SimConfig instance_config(const CapacityRequest& request,
-                                        const CapacityResult& capacity,
+[[nodiscard]] SimConfig instance_config(const kv::CapacityRequest& request,
+                                        const kv::CapacityResult& capacity,
                                         const roofline::DeviceRates& rates, roofline::MlaMode mla);
 
 /// One step of the run, for timelines.
