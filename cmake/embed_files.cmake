@@ -2,7 +2,8 @@
 # directory. Invoked at build time:
 #   cmake -DSOURCE_DIR=... -DPATTERN=models/*.yaml -DFUNCTION=builtin_model_files
 #         -DHEADER=kvcalc/model/registry.hpp -DOUTPUT=... -P embed_files.cmake
-# FUNCTION is declared in HEADER as std::span<const EmbeddedFile> FUNCTION().
+# FUNCTION (qualified below kvcalc, e.g. device::builtin_gpu_files) is declared in HEADER as
+# std::span<const EmbeddedFile> FUNCTION().
 file(GLOB files RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/${PATTERN}")
 list(SORT files)
 if(NOT files)

@@ -17,8 +17,9 @@
 
 namespace kvcalc::cli {
 
-// The command layer computes with the kv module and describes its results with the report
-// module's records, cells and tables.
+// The command layer computes with the device and kv modules and describes its results with the
+// report module's records, cells and tables.
+using namespace kvcalc::device;
 using namespace kvcalc::kv;
 using namespace kvcalc::report;
 

@@ -7,7 +7,7 @@
 
 #include "../core/yaml_support.hpp"
 
-namespace kvcalc {
+namespace kvcalc::device {
 
 std::optional<double> peak_flops(const PeakFlops& f, DType dtype) {
   switch (dtype) {
@@ -197,4 +197,4 @@ const Gpu& GpuCatalog::find(std::string_view name) const {
                    " (`kvcalc gpus` lists the catalog; --gpu-file adds your own)");
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::device

@@ -11,7 +11,7 @@
 
 #include "../core/yaml_support.hpp"
 
-namespace kvcalc {
+namespace kvcalc::device {
 
 DeviceProfile parse_device_profile(const std::string& text, const std::string& file) {
   YAML::Node root = detail::parse_yaml(text, file);
@@ -136,4 +136,4 @@ Gpu device_of_profile(const DeviceProfile& profile, const GpuCatalog& catalog) {
   }
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::device

@@ -10,6 +10,8 @@
 
 #include "engine_rules.hpp"
 
+using namespace kvcalc::device;
+
 namespace kvcalc::kv {
 
 std::string_view engine_name(Engine e) {

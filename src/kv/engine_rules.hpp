@@ -24,7 +24,7 @@ struct Scheduler {
 
 /// What the budget rule reads.
 struct BudgetInputs {
-  const Gpu& gpu;
+  const device::Gpu& gpu;
   const EngineSettings& settings;
   const Parallelism& parallel; ///< resolved
   u64 weights_per_gpu = 0;
@@ -43,7 +43,7 @@ struct Budget {
 /// What the layout rule reads.
 struct PlanInputs {
   const Model& model;
-  const Gpu& gpu;
+  const device::Gpu& gpu;
   const EngineSettings& settings;
   const Parallelism& parallel; ///< resolved
   u64 attention_tp = 1;
@@ -72,8 +72,8 @@ public:
   /// The cache format the engine stores for what the user asked (vLLM and SGLang store a DSA
   /// model's fp8 cache as fp8_ds_mla).
   [[nodiscard]] virtual CacheRequest cache_request(const CacheRequest& asked, const Model& m,
-                                                   const Gpu& gpu) const;
-  [[nodiscard]] virtual Scheduler scheduler(const Gpu& gpu, const EngineSettings& s) const;
+                                                   const device::Gpu& gpu) const;
+  [[nodiscard]] virtual Scheduler scheduler(const device::Gpu& gpu, const EngineSettings& s) const;
   [[nodiscard]] virtual Budget budget(const BudgetInputs& in, Derivation& why) const = 0;
   /// Lays the pool out; fills kv_tokens, block_size, num_blocks, pool_groups and state_slots
   /// of `r`.

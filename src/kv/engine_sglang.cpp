@@ -25,6 +25,8 @@
 
 #include "engine_rules.hpp"
 
+using namespace kvcalc::device;
+
 namespace kvcalc::kv {
 
 double sglang_mem_fraction_static(const Gpu& gpu, u64 tp, u64 pp, bool dp_attention) {

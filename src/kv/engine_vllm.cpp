@@ -26,6 +26,8 @@
 
 #include "engine_rules.hpp"
 
+using namespace kvcalc::device;
+
 namespace kvcalc::kv::detail {
 
 namespace {

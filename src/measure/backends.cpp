@@ -68,7 +68,7 @@ std::optional<double> cgroup_memory_left() {
 
 double host_memory_available_bytes() {
   double available = std::numeric_limits<double>::infinity();
-  if (auto bytes = kvcalc::meminfo_bytes("MemAvailable")) {
+  if (auto bytes = kvcalc::device::meminfo_bytes("MemAvailable")) {
     available = static_cast<double>(*bytes);
   }
   if (auto left = cgroup_memory_left()) {

@@ -14,6 +14,8 @@
 
 #include "backends.hpp"
 
+using namespace kvcalc::device;
+
 namespace kvcalc::measure {
 
 namespace {

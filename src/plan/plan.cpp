@@ -11,6 +11,7 @@
 #include "../core/yaml_support.hpp"
 
 using namespace kvcalc::kv;
+using namespace kvcalc::device;
 
 namespace kvcalc::plan {
 

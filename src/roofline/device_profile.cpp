@@ -1,5 +1,7 @@
 #include <kvcalc/roofline/roofline.hpp>
 
+using namespace kvcalc::device;
+
 namespace kvcalc::roofline {
 
 DeviceRates device_rates(const Gpu& gpu, const DeviceProfile& profile) {

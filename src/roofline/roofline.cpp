@@ -10,6 +10,7 @@
 #include <kvcalc/model/params.hpp>
 
 using namespace kvcalc::kv;
+using namespace kvcalc::device;
 
 namespace kvcalc::roofline {
 

@@ -19,6 +19,7 @@ using namespace kvcalc;
 using namespace kvcalc::sim;
 using namespace kvcalc::roofline;
 using namespace kvcalc::kv;
+using namespace kvcalc::device;
 
 namespace {
 

@@ -8,9 +8,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    kvcalc::DeviceProfile profile =
-        kvcalc::parse_device_profile(kvcalc::fuzz::as_text(data, size), "fuzz.yaml");
-    (void)kvcalc::roofline::device_rates(kvcalc::builtin_gpus().front(), profile);
+    kvcalc::device::DeviceProfile profile =
+        kvcalc::device::parse_device_profile(kvcalc::fuzz::as_text(data, size), "fuzz.yaml");
+    (void)kvcalc::roofline::device_rates(kvcalc::device::builtin_gpus().front(), profile);
   } catch (const kvcalc::Error&) {
   }
   return 0;

@@ -7,7 +7,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    (void)kvcalc::parse_gpu_catalog(kvcalc::fuzz::as_text(data, size), "fuzz.yaml");
+    (void)kvcalc::device::parse_gpu_catalog(kvcalc::fuzz::as_text(data, size), "fuzz.yaml");
   } catch (const kvcalc::Error&) {
   }
   return 0;

@@ -23,7 +23,7 @@ void compute_all(const kvcalc::Model& model) {
   (void)kvcalc::kv::compute_footprint(model, footprint);
   (void)kvcalc::count_params(model);
 
-  const kvcalc::Gpu& gpu = kvcalc::builtin_gpus().front();
+  const kvcalc::device::Gpu& gpu = kvcalc::device::builtin_gpus().front();
   for (kvcalc::kv::Engine engine : {kvcalc::kv::Engine::plain, kvcalc::kv::Engine::vllm,
                                     kvcalc::kv::Engine::sglang, kvcalc::kv::Engine::trtllm}) {
     try {

@@ -11,6 +11,7 @@
 using namespace kvcalc;
 using namespace kvcalc::report;
 using namespace kvcalc::kv;
+using namespace kvcalc::device;
 
 namespace {
 

@@ -5,6 +5,7 @@
 #include <kvcalc/device/gpu.hpp>
 
 using namespace kvcalc;
+using namespace kvcalc::device;
 
 TEST_CASE("the catalog has every required GPU with every field", "[device]") {
   GpuCatalog catalog;

@@ -6,6 +6,7 @@
 
 using namespace kvcalc;
 using namespace kvcalc::measure;
+using namespace kvcalc::device;
 
 TEST_CASE("MLA kernel costs match the worked example of docs/formulas.md", "[measure]") {
   // DeepSeek dims, one head, 8 sequences of 4096 tokens, one query token, bf16.

@@ -6,6 +6,7 @@
 
 using namespace kvcalc;
 using namespace kvcalc::roofline;
+using namespace kvcalc::device;
 
 namespace {
 

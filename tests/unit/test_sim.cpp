@@ -11,6 +11,7 @@ using namespace kvcalc;
 using namespace kvcalc::sim;
 using namespace kvcalc::roofline;
 using namespace kvcalc::kv;
+using namespace kvcalc::device;
 
 namespace {
 

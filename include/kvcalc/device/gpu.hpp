@@ -13,7 +13,7 @@
 #include <kvcalc/core/dtype.hpp>
 #include <kvcalc/core/embedded.hpp>
 
-namespace kvcalc {
+namespace kvcalc::device {
 
 /// Dense peak rates in FLOP/s (or OP/s for int8); unset where the part has no such unit.
 struct PeakFlops {
@@ -87,4 +87,4 @@ private:
   std::vector<Gpu> m_gpus;
 };
 
-} // namespace kvcalc
+} // namespace kvcalc::device

@@ -8,7 +8,7 @@
 
 #include <kvcalc/device/gpu.hpp>
 
-namespace kvcalc {
+namespace kvcalc::device {
 
 /// Measured ceilings of one device, as `kvcalc measure` writes them (docs/device-profile.md).
 struct DeviceProfile {
@@ -43,4 +43,4 @@ struct DeviceProfile {
 /// an alias of h100-sxm). An unknown GPU is an InputError saying how to add it.
 [[nodiscard]] Gpu device_of_profile(const DeviceProfile& profile, const GpuCatalog& catalog);
 
-} // namespace kvcalc
+} // namespace kvcalc::device

@@ -53,7 +53,7 @@ struct EngineSettings {
 
 struct CapacityRequest {
   Model model;
-  Gpu gpu;
+  device::Gpu gpu;
   CacheRequest cache;
   std::optional<DType> weight_dtype; ///< nullopt: the model's
   Parallelism parallel;
@@ -153,6 +153,7 @@ struct CapacityResult {
 [[nodiscard]] CapacityResult compute_capacity(const CapacityRequest& request);
 
 /// SGLang's default mem_fraction_static for this GPU and parallelism (v0.5.3+ rule).
-[[nodiscard]] double sglang_mem_fraction_static(const Gpu& gpu, u64 tp, u64 pp, bool dp_attention);
+[[nodiscard]] double sglang_mem_fraction_static(const device::Gpu& gpu, u64 tp, u64 pp,
+                                                bool dp_attention);
 
 } // namespace kvcalc::kv

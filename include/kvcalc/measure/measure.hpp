@@ -68,7 +68,7 @@ struct ProbeResults {
   double fma_flops_per_s = 0; ///< fp32 FMA loop
   /// bf16 pair dot products into fp32 (a CPU with AVX512-BF16); none where not measured.
   std::optional<double> fma_bf16_flops_per_s;
-  PeakFlops gemm_flops_per_s; ///< GEMM per dtype (fp32 on the CPU)
+  device::PeakFlops gemm_flops_per_s; ///< GEMM per dtype (fp32 on the CPU)
 };
 
 /// What one kernel run returned.
@@ -130,6 +130,7 @@ struct MeasureResult {
 [[nodiscard]] MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options);
 
 /// The profile of a measurement (`file` names its origin), its details included.
-[[nodiscard]] DeviceProfile to_device_profile(const MeasureResult& result, std::string file);
+[[nodiscard]] device::DeviceProfile to_device_profile(const MeasureResult& result,
+                                                      std::string file);
 
 } // namespace kvcalc::measure

@@ -52,18 +52,18 @@ inline constexpr NameTable<NaiveKv, 2> k_naive_kv{
 /// The ceilings the roofline uses, and where they come from.
 struct DeviceRates {
   double bandwidth_bytes_per_s = 0;
-  PeakFlops flops_per_s;
+  device::PeakFlops flops_per_s;
   double link_bytes_per_s = 0; ///< one direction of the GPU-to-GPU link
   std::string source;          ///< "datasheet", "datasheet x efficiency (bw 0.85, flops 0.7)", ...
 };
 
 /// The datasheet ceilings of `gpu` scaled by efficiencies (1 = datasheet).
-[[nodiscard]] DeviceRates device_rates(const Gpu& gpu, double bandwidth_efficiency = 1.0,
+[[nodiscard]] DeviceRates device_rates(const device::Gpu& gpu, double bandwidth_efficiency = 1.0,
                                        double flops_efficiency = 1.0);
 
 struct RooflineRequest {
   Model model;
-  Gpu gpu;
+  device::Gpu gpu;
   DeviceRates rates;
   kv::CacheRequest cache;
   std::optional<DType> weight_dtype; ///< nullopt: the checkpoint's
@@ -259,6 +259,7 @@ namespace kvcalc::roofline {
 
 /// Ceilings from a profile. Dtypes it did not measure take the datasheet peak of `gpu` scaled
 /// by the measured/datasheet ratio of bf16 (said in the source line); the link likewise.
-[[nodiscard]] DeviceRates device_rates(const Gpu& gpu, const DeviceProfile& profile);
+[[nodiscard]] DeviceRates device_rates(const device::Gpu& gpu,
+                                       const device::DeviceProfile& profile);
 
 } // namespace kvcalc::roofline
