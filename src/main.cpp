@@ -32,7 +32,7 @@ int after_output(int code) {
 
 int main(int argc, char** argv) {
   try {
-    return after_output(kvcalc::run_cli(argc, argv, std::cout, std::cerr));
+    return after_output(kvcalc::cli::run_cli(argc, argv, std::cout, std::cerr));
   } catch (const kvcalc::Error& e) {
     std::cout.flush();
     std::cerr << "kvcalc: error: " << e.what() << '\n';

@@ -11,7 +11,7 @@
 
 #include "command.hpp"
 
-namespace kvcalc {
+namespace kvcalc::cli {
 
 namespace {
 
@@ -138,4 +138,4 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   throw InputError("a command is required (kvcalc --help lists them)");
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::cli

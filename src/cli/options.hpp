@@ -17,9 +17,10 @@
 
 namespace kvcalc::cli {
 
-// The command layer computes with the device and kv modules and describes its results with the
-// report module's records, cells and tables.
+// The command layer computes with the model, device and kv modules and describes its results with
+// the report module's records, cells and tables.
 using namespace kvcalc::device;
+using namespace kvcalc::model;
 using namespace kvcalc::kv;
 using namespace kvcalc::report;
 

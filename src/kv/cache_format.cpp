@@ -5,6 +5,8 @@
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
+using namespace kvcalc::model;
+
 namespace kvcalc::kv {
 
 ScaleSpec default_scale(DType dtype) {

@@ -5,6 +5,8 @@
 
 #include <kvcalc/core/units.hpp>
 
+using namespace kvcalc::model;
+
 namespace kvcalc::kv {
 
 u64 StateTensor::elements() const {

@@ -4,6 +4,8 @@
 #include <kvcalc/core/error.hpp>
 #include <kvcalc/core/units.hpp>
 
+using namespace kvcalc::model;
+
 namespace kvcalc::kv {
 
 Deployment resolve_deployment(const Model& m, const Parallelism& asked,

@@ -42,7 +42,7 @@ struct Budget {
 
 /// What the layout rule reads.
 struct PlanInputs {
-  const Model& model;
+  const model::Model& model;
   const device::Gpu& gpu;
   const EngineSettings& settings;
   const Parallelism& parallel; ///< resolved
@@ -68,10 +68,12 @@ public:
   [[nodiscard]] virtual std::string_view version() const = 0;
   [[nodiscard]] virtual HeadSplit head_split() const { return HeadSplit::floor; }
   /// The state dtypes the engine keeps unless the user or the model says otherwise.
-  [[nodiscard]] virtual StateDtypeDefaults state_dtypes(const Model& /*m*/) const { return {}; }
+  [[nodiscard]] virtual StateDtypeDefaults state_dtypes(const model::Model& /*m*/) const {
+    return {};
+  }
   /// The cache format the engine stores for what the user asked (vLLM and SGLang store a DSA
   /// model's fp8 cache as fp8_ds_mla).
-  [[nodiscard]] virtual CacheRequest cache_request(const CacheRequest& asked, const Model& m,
+  [[nodiscard]] virtual CacheRequest cache_request(const CacheRequest& asked, const model::Model& m,
                                                    const device::Gpu& gpu) const;
   [[nodiscard]] virtual Scheduler scheduler(const device::Gpu& gpu, const EngineSettings& s) const;
   [[nodiscard]] virtual Budget budget(const BudgetInputs& in, Derivation& why) const = 0;

@@ -26,6 +26,7 @@
 #include "engine_rules.hpp"
 
 using namespace kvcalc::device;
+using namespace kvcalc::model;
 
 namespace kvcalc::kv {
 

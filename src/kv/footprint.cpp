@@ -4,6 +4,8 @@
 
 #include <kvcalc/core/units.hpp>
 
+using namespace kvcalc::model;
+
 namespace kvcalc::kv {
 
 namespace {

@@ -1,5 +1,7 @@
 #include <kvcalc/kv/weights.hpp>
 
+using namespace kvcalc::model;
+
 namespace kvcalc::kv {
 
 u64 tensor_bytes(const TensorGroup& t, DType dtype) {

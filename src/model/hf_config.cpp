@@ -20,7 +20,7 @@
 
 #include "../core/yaml_support.hpp"
 
-namespace kvcalc {
+namespace kvcalc::model {
 
 namespace {
 
@@ -1220,4 +1220,4 @@ Model parse_model_document(const std::string& text, const std::string& file, Dia
                    "config.json (it has no 'model_type' or 'num_hidden_layers')");
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::model

@@ -7,7 +7,7 @@
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
-namespace kvcalc {
+namespace kvcalc::model {
 
 bool has_attention(const Model& m) {
   return std::any_of(m.layer_types.begin(), m.layer_types.end(), is_attention);
@@ -475,4 +475,4 @@ void validate_model(const Model& m, const Locator& where) {
   }
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::model

@@ -10,7 +10,7 @@
 
 #include "../core/yaml_support.hpp"
 
-namespace kvcalc {
+namespace kvcalc::model {
 
 namespace {
 
@@ -603,4 +603,4 @@ std::string model_to_yaml(const Model& m) {
   return y.str();
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::model

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace kvcalc {
+namespace kvcalc::model {
 
 u64 TensorGroup::params() const {
   return checked_mul(checked_mul(rows, cols, "parameters"), count, "parameters");
@@ -313,4 +313,4 @@ ParamCount count_params(const Model& m) {
   return out;
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::model

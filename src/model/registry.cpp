@@ -11,7 +11,7 @@
 
 #include "../core/yaml_support.hpp"
 
-namespace kvcalc {
+namespace kvcalc::model {
 
 const std::vector<Model>& builtin_models() {
   static const std::vector<Model> models = [] {
@@ -92,4 +92,4 @@ Model load_model(std::string_view spec, Diagnostics& diagnostics) {
                    "config.json works too)");
 }
 
-} // namespace kvcalc
+} // namespace kvcalc::model

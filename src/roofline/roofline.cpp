@@ -11,6 +11,7 @@
 
 using namespace kvcalc::kv;
 using namespace kvcalc::device;
+using namespace kvcalc::model;
 
 namespace kvcalc::roofline {
 

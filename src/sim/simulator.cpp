@@ -11,6 +11,7 @@
 
 using namespace kvcalc::roofline;
 using namespace kvcalc::kv;
+using namespace kvcalc::model;
 
 namespace kvcalc::sim {
 

@@ -8,13 +8,13 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string text = kvcalc::fuzz::as_text(data, size);
   try {
-    kvcalc::Diagnostics diagnostics;
-    (void)kvcalc::parse_hf_config(text, "fuzz.json", diagnostics);
+    kvcalc::model::Diagnostics diagnostics;
+    (void)kvcalc::model::parse_hf_config(text, "fuzz.json", diagnostics);
   } catch (const kvcalc::Error&) {
   }
   try {
-    kvcalc::Diagnostics diagnostics;
-    (void)kvcalc::parse_model_document(text, "fuzz.json", diagnostics);
+    kvcalc::model::Diagnostics diagnostics;
+    (void)kvcalc::model::parse_model_document(text, "fuzz.json", diagnostics);
   } catch (const kvcalc::Error&) {
   }
   return 0;

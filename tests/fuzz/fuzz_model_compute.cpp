@@ -16,12 +16,12 @@ namespace {
 /// Contexts from the smallest to one past any model's max_context (2^20 = 1M tokens).
 const std::vector<kvcalc::u64> k_contexts{1, 4096, 131072, kvcalc::u64{1} << 20};
 
-void compute_all(const kvcalc::Model& model) {
+void compute_all(const kvcalc::model::Model& model) {
   kvcalc::kv::FootprintOptions footprint;
   footprint.contexts = k_contexts;
   footprint.block_size = 16;
   (void)kvcalc::kv::compute_footprint(model, footprint);
-  (void)kvcalc::count_params(model);
+  (void)kvcalc::model::count_params(model);
 
   const kvcalc::device::Gpu& gpu = kvcalc::device::builtin_gpus().front();
   for (kvcalc::kv::Engine engine : {kvcalc::kv::Engine::plain, kvcalc::kv::Engine::vllm,
@@ -55,9 +55,9 @@ void compute_all(const kvcalc::Model& model) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    kvcalc::Diagnostics diagnostics;
-    compute_all(
-        kvcalc::parse_model_document(kvcalc::fuzz::as_text(data, size), "fuzz.yaml", diagnostics));
+    kvcalc::model::Diagnostics diagnostics;
+    compute_all(kvcalc::model::parse_model_document(kvcalc::fuzz::as_text(data, size), "fuzz.yaml",
+                                                    diagnostics));
   } catch (const kvcalc::Error&) {
   }
   return 0;

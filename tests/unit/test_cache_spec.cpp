@@ -9,6 +9,7 @@
 
 using namespace kvcalc;
 using namespace kvcalc::kv;
+using namespace kvcalc::model;
 
 namespace {
 

@@ -16,6 +16,7 @@
 
 using namespace kvcalc;
 using namespace kvcalc::measure;
+using namespace kvcalc::model;
 
 namespace {
 
@@ -25,7 +26,7 @@ struct Run {
   std::string err;
 };
 
-Run cli(const std::vector<std::string>& args) {
+Run invoke(const std::vector<std::string>& args) {
   std::vector<const char*> argv{"kvcalc"};
   for (const auto& a : args) {
     argv.push_back(a.c_str());
@@ -33,7 +34,7 @@ Run cli(const std::vector<std::string>& args) {
   std::ostringstream out;
   std::ostringstream err;
   Run r;
-  r.code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  r.code = kvcalc::cli::run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
   r.out = out.str();
   r.err = err.str();
   return r;
@@ -57,8 +58,8 @@ std::filesystem::path temp_dir() {
 TEST_CASE("import -o writes a YAML that loads back to the same footprint", "[cli]") {
   auto dir = temp_dir();
   auto yaml = dir / "my-model.yaml";
-  Run r = cli({"import", std::string(KVCALC_SOURCE_DIR) + "/tests/data/hf/gemma-2-9b.json", "-o",
-               yaml.string()});
+  Run r = invoke({"import", std::string(KVCALC_SOURCE_DIR) + "/tests/data/hf/gemma-2-9b.json", "-o",
+                  yaml.string()});
   CHECK(r.code == 0);
   CHECK(r.out.empty());
   CHECK(r.err.find("wrote " + yaml.string()) != std::string::npos);
@@ -68,8 +69,8 @@ TEST_CASE("import -o writes a YAML that loads back to the same footprint", "[cli
   const Model* zoo = find_builtin_model("gemma-2-9b");
   REQUIRE(zoo != nullptr);
   CHECK(m.layer_types == zoo->layer_types);
-  Run a = cli({"footprint", yaml.string(), "--format", "csv", "--context", "8k"});
-  Run b = cli({"footprint", "gemma-2-9b", "--format", "csv", "--context", "8k"});
+  Run a = invoke({"footprint", yaml.string(), "--format", "csv", "--context", "8k"});
+  Run b = invoke({"footprint", "gemma-2-9b", "--format", "csv", "--context", "8k"});
   // Same bytes; only the name column differs.
   CHECK(a.out.substr(a.out.find(",hybrid")) == b.out.substr(b.out.find(",hybrid")));
   std::filesystem::remove_all(dir);
@@ -79,15 +80,15 @@ TEST_CASE("an output file holds exactly what stdout would carry", "[cli]") {
   auto dir = temp_dir();
   auto file = dir / "out.json";
   Run to_file =
-      cli({"compare", "llama-3.1-8b", "deepseek-v3", "--format", "json", "-o", file.string()});
-  Run to_stdout = cli({"compare", "llama-3.1-8b", "deepseek-v3", "--format", "json"});
+      invoke({"compare", "llama-3.1-8b", "deepseek-v3", "--format", "json", "-o", file.string()});
+  Run to_stdout = invoke({"compare", "llama-3.1-8b", "deepseek-v3", "--format", "json"});
   CHECK(to_file.out.empty());
   CHECK(slurp(file) == to_stdout.out);
   std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("the version line says whether CUDA support is built in", "[cli]") {
-  Run r = cli({"--version"});
+  Run r = invoke({"--version"});
   CHECK(r.code == 0);
   CHECK(r.out.find("kvcalc " + std::string(version())) == 0);
   CHECK(r.out.find(built_with_cuda() ? "CUDA support: built in" : "CUDA support: not built") !=
@@ -96,13 +97,13 @@ TEST_CASE("the version line says whether CUDA support is built in", "[cli]") {
 
 TEST_CASE("usage errors are InputErrors with exit code 2", "[cli]") {
   try {
-    (void)cli({"footprint"});
+    (void)invoke({"footprint"});
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(e.code() == ExitCode::bad_input);
     CHECK(std::string(e.what()).find("model is required") != std::string::npos);
   }
-  CHECK_THROWS_AS(cli({"footprint", "llama-3.1-8b", "-o", "/nonexistent-dir/x.txt"}), Error);
+  CHECK_THROWS_AS(invoke({"footprint", "llama-3.1-8b", "-o", "/nonexistent-dir/x.txt"}), Error);
 }
 
 TEST_CASE("a failing plan exits 3, appends its report and writes its JSON", "[cli][plan]") {
@@ -112,8 +113,8 @@ TEST_CASE("a failing plan exits 3, appends its report and writes its JSON", "[cl
     std::ofstream summary(dir / "report.md");
     summary << "earlier step\n";
   }
-  Run r = cli({"plan", plan, "--report", (dir / "report.md").string(), "--format", "json", "-o",
-               (dir / "result.json").string()});
+  Run r = invoke({"plan", plan, "--report", (dir / "report.md").string(), "--format", "json", "-o",
+                  (dir / "result.json").string()});
   CHECK(r.code == 3);
   std::string md = slurp(dir / "report.md");
   CHECK(md.starts_with("earlier step\n# Capacity plan: ")); // appended, as a job summary is
@@ -126,9 +127,9 @@ TEST_CASE("a failing plan exits 3, appends its report and writes its JSON", "[cl
   // Thresholds and actual values are numbers, the display text beside them.
   CHECK(json.find("\"kind\": \"min_sequences\"") != std::string::npos);
   CHECK(json.find("\"actual_text\": ") != std::string::npos);
-  CHECK_THROWS_WITH(cli({"plan", plan, "--json", "x.json"}),
+  CHECK_THROWS_WITH(invoke({"plan", plan, "--json", "x.json"}),
                     Catch::Contains("--json FILE is now --format json -o FILE"));
-  Run ok = cli({"plan", std::string(KVCALC_SOURCE_DIR) + "/tests/plans/passing.yaml"});
+  Run ok = invoke({"plan", std::string(KVCALC_SOURCE_DIR) + "/tests/plans/passing.yaml"});
   CHECK(ok.code == 0);
   std::filesystem::remove_all(dir);
 }
@@ -137,8 +138,8 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
           "[cli][measure]") {
   auto dir = temp_dir();
   auto profile = dir / "cpu.yaml";
-  Run r = cli({"measure", "--backend", "cpu", "--quick", "--heads", "2", "--batch", "1",
-               "--context", "256", "--profile", profile.string(), "--format", "json"});
+  Run r = invoke({"measure", "--backend", "cpu", "--quick", "--heads", "2", "--batch", "1",
+                  "--context", "256", "--profile", profile.string(), "--format", "json"});
   CHECK(r.code == 0);
   CHECK(r.out.find("\"name\": \"mla_decode.absorbed\"") != std::string::npos);
   CHECK(r.out.find("\"name\": \"mla_decode.naive\"") != std::string::npos);
@@ -146,15 +147,15 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
   CHECK(yaml.find("backend: cpu") != std::string::npos);
   // A named GPU gets the measured ceilings, with a warning that they are not its own.
   Run roof =
-      cli({"roofline", "llama-3.1-8b", "--gpu", "h100", "--device-profile", profile.string()});
+      invoke({"roofline", "llama-3.1-8b", "--gpu", "h100", "--device-profile", profile.string()});
   CHECK(roof.code == 0);
   CHECK(roof.out.find("device profile " + profile.string() + " (cpu") != std::string::npos);
   std::string mismatch = "h100-sxm takes the ceilings the cpu backend measured on ";
   CHECK(roof.err.find(mismatch) != std::string::npos);
   CHECK(roof.err.find("use --gpu auto to model the measured device") != std::string::npos);
   // So does the MLA crossover, which returns early.
-  Run crossover = cli({"roofline", "deepseek-v3", "--mla-crossover", "--gpu", "h100",
-                       "--device-profile", profile.string()});
+  Run crossover = invoke({"roofline", "deepseek-v3", "--mla-crossover", "--gpu", "h100",
+                          "--device-profile", profile.string()});
   CHECK(crossover.code == 0);
   CHECK(crossover.err.find(mismatch) != std::string::npos);
   // --gpu auto (any case), or no --gpu: the measured CPU is the device.
@@ -164,7 +165,7 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
     if (!gpu.empty()) {
       args.insert(args.end(), {"--gpu", gpu});
     }
-    Run cpu = cli(args);
+    Run cpu = invoke(args);
     CHECK(cpu.code == 0);
     CHECK(cpu.out.find("llama-3.1-8b,cpu,1,decode") != std::string::npos);
     CHECK(cpu.err.find("takes the ceilings") == std::string::npos);
@@ -173,12 +174,12 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
   // interconnect.
   for (std::string several : {"--tp", "--pp"}) {
     CHECK_THROWS_WITH(
-        cli({"capacity", "llama-3.1-8b", "--device-profile", profile.string(), several, "2"}),
+        invoke({"capacity", "llama-3.1-8b", "--device-profile", profile.string(), several, "2"}),
         Catch::Contains("the device profile measured a CPU, one device"));
   }
   // With --measure on a machine without a GPU, before the probes run.
   if (!kvcalc::measure::cuda_device_present()) {
-    CHECK_THROWS_WITH(cli({"roofline", "llama-3.1-8b", "--measure", "--tp", "2"}),
+    CHECK_THROWS_WITH(invoke({"roofline", "llama-3.1-8b", "--measure", "--tp", "2"}),
                       Catch::Contains("the device profile measured a CPU, one device"));
   }
   std::filesystem::remove_all(dir);
@@ -198,7 +199,7 @@ TEST_CASE(
                          ? "no CUDA device is visible"
                          : "this kvcalc was built without CUDA support";
   try {
-    (void)cli({"measure", "--backend", "cuda"});
+    (void)invoke({"measure", "--backend", "cuda"});
     FAIL("--backend cuda ran without a GPU");
   } catch (const kvcalc::InputError& e) {
     std::string message = e.what();
@@ -236,13 +237,13 @@ std::string csv_field(const std::string& csv, const std::string& name) {
 TEST_CASE("capacity's decode step at full load is the roofline's step at that batch",
           "[cli][capacity]") {
   std::string profile = std::string(KVCALC_SOURCE_DIR) + "/tests/data/profiles/h200-example.yaml";
-  Run cap = cli({"capacity", "llama-3.1-8b", "--gpu", "h200", "--context", "8k", "--device-profile",
-                 profile, "--format", "csv"});
+  Run cap = invoke({"capacity", "llama-3.1-8b", "--gpu", "h200", "--context", "8k",
+                    "--device-profile", profile, "--format", "csv"});
   REQUIRE(cap.code == 0);
   std::string sequences = csv_field(cap.out, "max_sequences");
   double step = std::stod(csv_field(cap.out, "decode_step_s"));
-  Run roof = cli({"roofline", "llama-3.1-8b", "--gpu", "h200", "--batch", sequences, "--context",
-                  "8k", "--device-profile", profile, "--format", "csv"});
+  Run roof = invoke({"roofline", "llama-3.1-8b", "--gpu", "h200", "--batch", sequences, "--context",
+                     "8k", "--device-profile", profile, "--format", "csv"});
   REQUIRE(roof.code == 0);
   CHECK(std::stod(csv_field(roof.out, "time_s")) == Approx(step).epsilon(1e-12));
   CHECK(std::stod(sequences) > 1);
@@ -253,9 +254,9 @@ TEST_CASE("simulate writes a per-step timeline and an SVG of occupancy and throu
   auto dir = temp_dir();
   auto csv = dir / "timeline.csv";
   auto svg = dir / "timeline.svg";
-  Run r = cli({"simulate", "llama-3.1-8b", "deepseek-v2-lite", "--gpu", "h100", "--arrival",
-               "burst", "--requests", "20", "--prompt-tokens", "500", "--output-tokens", "20",
-               "--timeline", csv.string(), "--plot", svg.string(), "--format", "json"});
+  Run r = invoke({"simulate", "llama-3.1-8b", "deepseek-v2-lite", "--gpu", "h100", "--arrival",
+                  "burst", "--requests", "20", "--prompt-tokens", "500", "--output-tokens", "20",
+                  "--timeline", csv.string(), "--plot", svg.string(), "--format", "json"});
   REQUIRE(r.code == 0);
   CHECK(r.err.find("wrote " + csv.string()) != std::string::npos);
   std::string timeline = slurp(csv);
@@ -275,7 +276,7 @@ TEST_CASE("simulate writes a per-step timeline and an SVG of occupancy and throu
 
 TEST_CASE("the bash completion and the man page come from the option definitions",
           "[cli][install]") {
-  Run completion = cli({"completion", "bash"});
+  Run completion = invoke({"completion", "bash"});
   REQUIRE(completion.code == 0);
   for (const char* command : {"footprint", "compare", "capacity", "roofline", "simulate", "measure",
                               "plan", "gpus", "models", "import"}) {
@@ -286,17 +287,17 @@ TEST_CASE("the bash completion and the man page come from the option definitions
   CHECK(completion.out.find(" deepseek-v3 ") != std::string::npos); // models for MODEL
   CHECK(completion.out.find(" h200 ") != std::string::npos);        // GPUs for --gpu
   CHECK(completion.out.find("complete -F _kvcalc kvcalc") != std::string::npos);
-  Run man = cli({"man"});
+  Run man = invoke({"man"});
   REQUIRE(man.code == 0);
   CHECK(man.out.starts_with(".\\\" Generated by `kvcalc man`"));
   CHECK(man.out.find(".SS \"kvcalc simulate MODEL... [options]\"") != std::string::npos);
   CHECK(man.out.find(".B \\-\\-format \\fItable|md|json|csv\\fR") != std::string::npos);
   CHECK(man.out.find(".SH EXIT STATUS") != std::string::npos);
-  CHECK_THROWS_AS(cli({"completion", "fish"}), kvcalc::InputError);
+  CHECK_THROWS_AS(invoke({"completion", "fish"}), kvcalc::InputError);
 }
 
 TEST_CASE("docs/cli.md's option tables are the commands' own definitions", "[cli][docs]") {
-  Run man = cli({"man", "--markdown"});
+  Run man = invoke({"man", "--markdown"});
   REQUIRE(man.code == 0);
   // One section per command: "### `kvcalc NAME`" and its tables.
   std::map<std::string, std::string> sections;
@@ -343,7 +344,7 @@ namespace {
 /// A run that may fail: the exit code an error maps to, or the command's.
 Run attempt(const std::vector<std::string>& args) {
   try {
-    return cli(args);
+    return invoke(args);
   } catch (const Error& e) {
     return {static_cast<int>(e.code()), "", e.what()};
   }
@@ -498,7 +499,7 @@ TEST_CASE("every option of every command changes the result or is refused", "[cl
       {"man --markdown", {{}}},
   };
 
-  Run man = cli({"man", "--markdown"});
+  Run man = invoke({"man", "--markdown"});
   std::string command;
   std::vector<std::string> untested;
   std::istringstream lines(man.out);

@@ -12,6 +12,7 @@
 using namespace kvcalc;
 using namespace kvcalc::report;
 using namespace kvcalc::kv;
+using namespace kvcalc::model;
 
 namespace {
 

@@ -4,6 +4,7 @@
 #include <kvcalc/model/registry.hpp>
 
 using namespace kvcalc;
+using namespace kvcalc::model;
 
 namespace {
 

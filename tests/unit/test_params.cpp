@@ -6,6 +6,7 @@
 #include <kvcalc/model/registry.hpp>
 
 using namespace kvcalc;
+using namespace kvcalc::model;
 
 // Published exact counts (the sum over the model's modules, tied embeddings once). Sources in
 // docs/formulas.md, "Parameters": HF safetensors totals, corrected where the checkpoint stores

@@ -7,6 +7,7 @@
 using namespace kvcalc;
 using namespace kvcalc::roofline;
 using namespace kvcalc::device;
+using namespace kvcalc::model;
 
 namespace {
 

@@ -12,6 +12,7 @@ using namespace kvcalc::sim;
 using namespace kvcalc::roofline;
 using namespace kvcalc::kv;
 using namespace kvcalc::device;
+using namespace kvcalc::model;
 
 namespace {
 

@@ -64,7 +64,7 @@ struct CacheFormat {
 
 /// Resolves `request` for `m`; throws InputError for combinations that do not exist
 /// (fp8_ds_mla with another dtype, scales on an unquantized cache, a group of 0).
-[[nodiscard]] CacheFormat resolve_cache_format(const CacheRequest& request, const Model& m);
+[[nodiscard]] CacheFormat resolve_cache_format(const CacheRequest& request, const model::Model& m);
 
 /// Bytes of one stored vector of `elements` values (one head's K or V of one token), scales
 /// included: ⌈elements · bits / 8⌉ + scales · scale bytes.

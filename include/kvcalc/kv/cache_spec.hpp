@@ -53,7 +53,7 @@ struct CacheSpec {
   CacheFormat format; ///< dtype and scales of the stored vectors
   u64 bytes_per_token = 0; ///< per layer, scales included
   // State kind:
-  StateKind state_kind = StateKind::custom;
+  model::StateKind state_kind = model::StateKind::custom;
   std::vector<StateTensor> state;
   u64 state_bytes = 0; ///< per layer per sequence
 
@@ -100,13 +100,14 @@ struct CacheLayout {
 /// The groups of `m` on one GPU under `layout`, in the order full, sliding, chunked, indexer,
 /// state; empty groups are left out. Throws InputError for a tensor parallelism that cannot
 /// split the heads or the state as engines do.
-[[nodiscard]] std::vector<CacheGroup> cache_groups(const Model& m, const CacheLayout& layout);
+[[nodiscard]] std::vector<CacheGroup> cache_groups(const model::Model& m,
+                                                   const CacheLayout& layout);
 
 /// The state of one layer of kind `spec` on one of `tp` GPUs (vLLM's MambaStateShapeCalculator
 /// shapes; docs/formulas.md, "Per-sequence state"). `conv` and `ssm` are the dtypes of the two
 /// parts; Kimi Delta Attention keeps its recurrent state in fp32 whatever is asked.
-[[nodiscard]] std::vector<StateTensor> state_tensors(const StateSpec& spec, u64 tp, DType conv,
-                                                     DType ssm);
+[[nodiscard]] std::vector<StateTensor> state_tensors(const model::StateSpec& spec, u64 tp,
+                                                     DType conv, DType ssm);
 
 /// Bytes per token of all per-token groups at the full rate, no window or chunk cap.
 [[nodiscard]] u64 bytes_per_token(const std::vector<CacheGroup>& groups);

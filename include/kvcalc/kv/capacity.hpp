@@ -52,7 +52,7 @@ struct EngineSettings {
 };
 
 struct CapacityRequest {
-  Model model;
+  model::Model model;
   device::Gpu gpu;
   CacheRequest cache;
   std::optional<DType> weight_dtype; ///< nullopt: the model's

@@ -30,7 +30,7 @@ struct Deployment {
 /// Checks `p` against `m` (sizes of at least 1, whole copies, a dcp that divides tp on a model
 /// it applies to, at least one layer per pipeline stage, no more expert shards than GPUs) and
 /// resolves it; an InputError saying which flag to change otherwise.
-[[nodiscard]] Deployment resolve_deployment(const Model& m, const Parallelism& p,
+[[nodiscard]] Deployment resolve_deployment(const model::Model& m, const Parallelism& p,
                                             std::optional<DType> weight_dtype);
 
 } // namespace kvcalc::kv

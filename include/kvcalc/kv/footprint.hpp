@@ -38,6 +38,6 @@ struct Footprint {
   std::vector<std::string> notes; ///< for people: contexts past max_context
 };
 
-[[nodiscard]] Footprint compute_footprint(const Model& m, const FootprintOptions& options);
+[[nodiscard]] Footprint compute_footprint(const model::Model& m, const FootprintOptions& options);
 
 } // namespace kvcalc::kv

@@ -22,11 +22,12 @@ struct WeightSharding {
 /// per 128 × 128 block; int8 with an fp32 scale per output row; int4 with an fp16 scale per 128
 /// inputs; nvfp4 with an fp8 scale per 16 inputs plus an fp32 tensor scale; mxfp4 with an e8m0
 /// scale per 32 inputs.
-[[nodiscard]] u64 tensor_bytes(const TensorGroup& t, DType dtype);
+[[nodiscard]] u64 tensor_bytes(const model::TensorGroup& t, DType dtype);
 
 /// The dtype `t` is stored in: `weight_dtype` for the linear weights it covers
 /// (Model::quantized_weights), the model dtype for everything else.
-[[nodiscard]] DType tensor_dtype(const Model& m, const TensorGroup& t, DType weight_dtype);
+[[nodiscard]] DType tensor_dtype(const model::Model& m, const model::TensorGroup& t,
+                                 DType weight_dtype);
 
 struct WeightBytes {
   u64 total = 0;   ///< one full copy of the model (MTP only when loaded)
@@ -35,7 +36,7 @@ struct WeightBytes {
 };
 
 /// `weight_dtype` nullopt: the model's own (`weight_dtype`, else `dtype`).
-[[nodiscard]] WeightBytes weight_bytes(const Model& m, const ParamCount& params,
+[[nodiscard]] WeightBytes weight_bytes(const model::Model& m, const model::ParamCount& params,
                                        std::optional<DType> weight_dtype,
                                        const WeightSharding& sharding);
 

@@ -7,7 +7,7 @@
 
 #include <kvcalc/model/model.hpp>
 
-namespace kvcalc {
+namespace kvcalc::model {
 
 /// Warnings for people (which reading of an ambiguous config was taken). The CLI prints them
 /// on stderr.
@@ -33,4 +33,4 @@ struct Diagnostics {
 /// The kvcalc YAML that describes `m`; parse_model_yaml of it gives back `m`.
 [[nodiscard]] std::string model_to_yaml(const Model& m);
 
-} // namespace kvcalc
+} // namespace kvcalc::model

@@ -13,7 +13,7 @@
 #include <kvcalc/core/error.hpp>
 #include <kvcalc/core/names.hpp>
 
-namespace kvcalc {
+namespace kvcalc::model {
 
 enum class AttentionKind { mha, mqa, gqa, mla };
 
@@ -261,4 +261,4 @@ describe_layer_pattern(const std::vector<LayerType>& types);
 /// InputError located by `where`.
 void validate_model(const Model& m, const Locator& where);
 
-} // namespace kvcalc
+} // namespace kvcalc::model

@@ -8,7 +8,7 @@
 
 #include <kvcalc/model/model.hpp>
 
-namespace kvcalc {
+namespace kvcalc::model {
 
 /// Where a tensor sits, for sharding and reporting.
 enum class TensorPlace {
@@ -45,4 +45,4 @@ struct ParamCount {
 /// weights are not in the formula): without one this is an InputError naming the fix.
 [[nodiscard]] ParamCount count_params(const Model& m);
 
-} // namespace kvcalc
+} // namespace kvcalc::model

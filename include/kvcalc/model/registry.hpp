@@ -9,7 +9,7 @@
 #include <kvcalc/core/embedded.hpp>
 #include <kvcalc/model/model.hpp>
 
-namespace kvcalc {
+namespace kvcalc::model {
 
 /// models/*.yaml as they are in the source tree; generated at build time.
 [[nodiscard]] std::span<const EmbeddedFile> builtin_model_files();
@@ -23,4 +23,4 @@ namespace kvcalc {
 /// Names and aliases, for suggestions.
 [[nodiscard]] std::vector<std::string> builtin_model_names();
 
-} // namespace kvcalc
+} // namespace kvcalc::model

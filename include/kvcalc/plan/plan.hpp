@@ -72,13 +72,14 @@ struct RequirementResult {
 
 struct ScenarioResult {
   const PlanScenario* scenario = nullptr;
-  Model model;
+  model::Model model;
   kv::CapacityResult capacity;
   std::vector<RequirementResult> requirements;
   [[nodiscard]] bool passed() const;
 };
 
 /// Loads each scenario's model and GPU and checks its requirements.
-[[nodiscard]] std::vector<ScenarioResult> evaluate_plan(const Plan& plan, Diagnostics& diagnostics);
+[[nodiscard]] std::vector<ScenarioResult> evaluate_plan(const Plan& plan,
+                                                        model::Diagnostics& diagnostics);
 
 } // namespace kvcalc::plan

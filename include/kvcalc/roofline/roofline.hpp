@@ -62,7 +62,7 @@ struct DeviceRates {
                                        double flops_efficiency = 1.0);
 
 struct RooflineRequest {
-  Model model;
+  model::Model model;
   device::Gpu gpu;
   DeviceRates rates;
   kv::CacheRequest cache;
