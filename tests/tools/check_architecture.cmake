@@ -1,6 +1,7 @@
 # The build's seams, checked against docs/ARCHITECTURE.md (cmake -P, run by CTest):
 #   -DCHECK=includes  every #include of a module's sources and headers stays within the modules
-#                     its row of the folder table allows ("may depend on");
+#                     its row of the folder table allows ("may depend on"), and every module but
+#                     core declares its code in its own namespace, kvcalc::<module>;
 #   -DCHECK=layout    the repository's top level holds only the agreed entries (git ls-files;
 #                     skipped, exit 77 as CTest's skip code, outside a git checkout).
 # -DSOURCE_DIR is the repository root.
@@ -35,6 +36,15 @@ if(CHECK STREQUAL "includes")
     file(GLOB_RECURSE files "${SOURCE_DIR}/src/${module}/*.[ch]pp"
          "${SOURCE_DIR}/include/kvcalc/${module}/*.hpp")
     foreach(file IN LISTS files)
+      if(NOT module STREQUAL "core")
+        file(STRINGS "${file}" spaces REGEX "^namespace kvcalc")
+        foreach(line IN LISTS spaces)
+          if(NOT line MATCHES "^namespace kvcalc::${module}( |::)")
+            file(RELATIVE_PATH rel "${SOURCE_DIR}" "${file}")
+            string(APPEND failures "  ${rel}: ${line} (${module}'s code is in kvcalc::${module})\n")
+          endif()
+        endforeach()
+      endif()
       file(STRINGS "${file}" includes REGEX "^#include [<\"](kvcalc/|\\.\\./)")
       foreach(line IN LISTS includes)
         string(REGEX MATCH "^#include [<\"](kvcalc/|\\.\\./)([a-z_]+)/" _ "${line}")
@@ -53,7 +63,7 @@ if(CHECK STREQUAL "includes")
     endif()
   endforeach()
   if(failures)
-    message(FATAL_ERROR "includes that cross docs/ARCHITECTURE.md's table:\n${failures}")
+    message(FATAL_ERROR "module seams crossed (docs/ARCHITECTURE.md: its table, one namespace per module):\n${failures}")
   endif()
   message(STATUS "every include stays within docs/ARCHITECTURE.md's table")
 elseif(CHECK STREQUAL "layout")
