@@ -11,6 +11,7 @@
 #include <kvcalc/device/gpu.hpp>
 #include <kvcalc/model/model.hpp>
 #include <kvcalc/report/json.hpp>
+#include <kvcalc/report/record.hpp>
 #include <kvcalc/report/table.hpp>
 
 #include "options.hpp"
@@ -54,10 +55,12 @@ void emit(Rendered& result, const OutputOptions& options, std::ostream& out, std
 std::vector<std::string> say_warnings(std::ostream& err, const std::vector<std::string>& warnings);
 /// {"kvcalc": {"version", "schema"}, "command": name}
 Json json_header(const std::string& command);
-/// {"fp32": …, "tf32": …, …}: every dtype, null where unset.
-Json peak_flops_json(const PeakFlops& flops);
-/// ["a", "b"]
-Json string_array(const std::vector<std::string>& items);
+/// Fills `into` with one value per dtype of `flops` ("fp32", "tf32", …; empty where unset),
+/// each headed `header_prefix` and the dtype ("GEMM bf16"), shown as `shown` says.
+void describe_peak_flops(report::Record& into, const PeakFlops& flops,
+                         const std::string& header_prefix, report::Shown shown);
+/// "a b c": a list of names as one cell's words (aliases in a table).
+std::string words(const std::vector<std::string>& items);
 /// Short label for a context: "128k" when a whole number of k, "1M", else the grouped count.
 std::string context_label(u64 tokens);
 /// "gqa-8", "mla dsa", "hybrid gqa-2 + gated_deltanet", "ssm mamba2": a model's attention and

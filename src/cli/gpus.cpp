@@ -17,10 +17,6 @@ struct GpusArgs {
 
 /// One GPU of the catalog: every field (JSON), and the columns of the listing.
 Record describe_gpu(const Gpu& g) {
-  std::string aliases;
-  for (const auto& a : g.aliases) {
-    aliases += (aliases.empty() ? "" : " ") + a;
-  }
   auto rate = [](const std::optional<double>& v) { return v ? Cell::flops(*v) : Cell::empty(); };
   auto bf16 = g.flops_per_s.bf16 ? g.flops_per_s.bf16 : g.flops_per_s.fp16;
   Record r;
@@ -33,10 +29,7 @@ Record describe_gpu(const Gpu& g) {
   r.value("memory_nominal_bytes", Cell::count(g.memory_nominal_bytes), k_json_only);
   r.value("memory_bandwidth_bytes_per_s", "bandwidth",
           Cell::bytes_per_s(g.memory_bandwidth_bytes_per_s));
-  Record& flops = r.object("flops_per_s");
-  for (const auto& field : k_peak_flops_fields) {
-    flops.value(std::string(field.name), rate(g.flops_per_s.*field.value), k_json_only);
-  }
+  describe_peak_flops(r.object("flops_per_s"), g.flops_per_s, "", k_json_only);
   r.value("sm_count", "SMs", Cell::count(g.sm_count));
   r.value("l2_bytes", Cell::count(g.l2_bytes), k_json_only);
   Record& link = r.object("interconnect");
@@ -50,7 +43,7 @@ Record describe_gpu(const Gpu& g) {
   r.value("ridge_bf16_flop_per_byte", "ridge bf16",
           Cell::number(*bf16 / g.memory_bandwidth_bytes_per_s), k_tables_only);
   r.value("interconnect", "link", Cell::text(g.interconnect), k_tables_only);
-  r.value("aliases", "aliases", Cell::text(aliases), k_tables_only);
+  r.value("aliases", "aliases", Cell::text(words(g.aliases)), k_tables_only);
   return r;
 }
 

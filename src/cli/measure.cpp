@@ -63,12 +63,7 @@ Record describe_probes(const ProbeResults& p) {
   r.value("fma_fp32_flops_per_s", "FMA loop fp32", Cell::flops(p.fma_flops_per_s));
   r.value("fma_bf16_flops_per_s", "FMA loop bf16 pairs",
           p.fma_bf16_flops_per_s ? Cell::flops(*p.fma_bf16_flops_per_s) : Cell::empty());
-  Record& gemm = r.object("flops_per_s");
-  for (const auto& field : k_peak_flops_fields) {
-    const auto& value = p.gemm_flops_per_s.*field.value;
-    gemm.value(std::string(field.name), "GEMM " + std::string(field.name),
-               value ? Cell::flops(*value) : Cell::empty());
-  }
+  describe_peak_flops(r.object("flops_per_s"), p.gemm_flops_per_s, "GEMM ", k_everywhere);
   return r;
 }
 

@@ -23,10 +23,6 @@ struct ModelsArgs {
 /// One bundled model: its architecture in brief and its default cache.
 Record describe_model(const Model& m) {
   Footprint f = compute_footprint(m, FootprintOptions{});
-  std::string aliases;
-  for (const auto& a : m.aliases) {
-    aliases += (aliases.empty() ? "" : " ") + a;
-  }
   bool mla = has_attention(m) && m.attention.kind == AttentionKind::mla;
   Record r;
   r.value("name", "name", Cell::text(m.name));
@@ -52,7 +48,7 @@ Record describe_model(const Model& m) {
               .shown_as(f.state_bytes_per_sequence ? "" : "-"));
   r.value("max_context", "max context", m.max_context ? Cell::count(m.max_context) : Cell::empty());
   r.value("source", Cell::text(m.source), k_json_only);
-  r.value("aliases", "aliases", Cell::text(aliases), k_tables_only);
+  r.value("aliases", "aliases", Cell::text(words(m.aliases)), k_tables_only);
   return r;
 }
 

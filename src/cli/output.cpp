@@ -51,7 +51,10 @@ void emit(Rendered& result, const OutputOptions& options, std::ostream& out, std
     }
     break;
   case Format::json:
-    result.json["warnings"] = string_array(said);
+    result.json["warnings"] = Json::array();
+    for (const auto& w : said) {
+      result.json["warnings"].push_back(w);
+    }
     text = result.json.dump(2) + '\n';
     break;
   case Format::csv:
@@ -65,21 +68,21 @@ void emit(Rendered& result, const OutputOptions& options, std::ostream& out, std
   write_text_file(options.file, text);
 }
 
-Json peak_flops_json(const PeakFlops& flops) {
-  Json j = Json::object();
+void describe_peak_flops(report::Record& into, const PeakFlops& flops,
+                         const std::string& header_prefix, report::Shown shown) {
   for (const auto& field : k_peak_flops_fields) {
     const auto& value = flops.*field.value;
-    j[std::string(field.name)] = value ? Json(*value) : Json();
+    into.value(std::string(field.name), header_prefix + std::string(field.name),
+               value ? Cell::flops(*value) : Cell::empty(), shown);
   }
-  return j;
 }
 
-Json string_array(const std::vector<std::string>& items) {
-  Json j = Json::array();
+std::string words(const std::vector<std::string>& items) {
+  std::string out;
   for (const auto& item : items) {
-    j.push_back(item);
+    out += (out.empty() ? "" : " ") + item;
   }
-  return j;
+  return out;
 }
 
 std::string context_label(u64 tokens) {
