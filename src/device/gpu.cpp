@@ -34,10 +34,26 @@ namespace {
 
 using detail::MapReader;
 
+/// The largest scale-up domain a catalog may state: beyond any rack built.
+constexpr u64 k_max_domain = 4096;
+
+/// `latency_s` of a link: a time between 0 and 1 ms, 0 when not stated.
+double link_latency(const MapReader& link) {
+  if (!link.has("latency_s")) {
+    return 0;
+  }
+  double v = link.number("latency_s").value_or(0);
+  if (!(v > 0 && v <= 1e-3)) {
+    link.fail("latency_s", "one message's latency in seconds: above 0 and at most 1e-3 (a "
+                           "microsecond is 1e-6)");
+  }
+  return v;
+}
+
 Gpu read_gpu(const MapReader& r) {
   r.allow_only({"name", "display_name", "aliases", "vendor", "architecture", "memory_bytes",
                 "memory_nominal_bytes", "memory_bandwidth_bytes_per_s", "flops_per_s", "sm_count",
-                "l2_bytes", "interconnect", "source"});
+                "l2_bytes", "interconnect", "scale_out", "source"});
   Gpu g;
   g.name = r.required_text("name", "the registry key, e.g. h100-sxm");
   g.display_name = r.text("display_name").value_or(g.name);
@@ -76,13 +92,31 @@ Gpu read_gpu(const MapReader& r) {
   if (!link) {
     r.missing("interconnect", "kind and bytes_per_s of the GPU-to-GPU link");
   }
-  link->allow_only({"kind", "bytes_per_s"});
+  link->allow_only({"kind", "bytes_per_s", "domain", "latency_s"});
   g.interconnect = link->required_text("kind", "nvlink4, pcie5, infinity-fabric, ...");
   auto link_rate = link->device_rate("bytes_per_s");
   if (!link_rate) {
-    link->missing("bytes_per_s", "the link's bandwidth, one direction, bytes per second");
+    link->missing("bytes_per_s", "the link's bandwidth, both directions, bytes per second");
   }
   g.interconnect_bytes_per_s = *link_rate;
+  g.scale_up_domain = link->count("domain").value_or(0);
+  if (link->has("domain") && (g.scale_up_domain == 0 || g.scale_up_domain > k_max_domain)) {
+    link->fail("domain", "GPUs one interconnect domain joins: 1 to " +
+                             std::to_string(k_max_domain) +
+                             " (8 on an HGX board, 72 in an NVL72 "
+                             "rack)");
+  }
+  g.interconnect_latency_s = link_latency(*link);
+  if (auto out = r.map("scale_out")) {
+    out->allow_only({"kind", "bytes_per_s", "latency_s"});
+    g.scale_out.kind = out->required_text("kind", "infiniband-ndr, roce-400g, ...");
+    auto rate = out->device_rate("bytes_per_s");
+    if (!rate) {
+      out->missing("bytes_per_s", "the NIC's bandwidth per GPU, one direction, bytes per second");
+    }
+    g.scale_out.bytes_per_s = *rate;
+    g.scale_out.latency_s = link_latency(*out);
+  }
   g.source = r.required_text("source", "where the figures come from");
   if (g.memory_bytes == 0 || g.memory_nominal_bytes == 0) {
     r.fail("memory_bytes", "memory sizes must be at least 1 byte");

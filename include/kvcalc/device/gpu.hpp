@@ -42,6 +42,13 @@ inline constexpr std::array<PeakFlopsField, 7> k_peak_flops_fields{{
     {"fp4", &PeakFlops::fp4},
 }};
 
+/// A GPU's network port for scale-out traffic (the NIC of its rail).
+struct NetworkLink {
+  std::string kind;       ///< infiniband-ndr, roce-400g, ...; empty: the part has none
+  double bytes_per_s = 0; ///< one direction (a 400 Gb/s NIC: 50e9)
+  double latency_s = 0;   ///< one message, end to end (the α of a collective step)
+};
+
 struct Gpu {
   std::string name;         ///< registry key, lowercase
   std::string display_name; ///< vendor's name
@@ -55,7 +62,11 @@ struct Gpu {
   u64 sm_count = 0; ///< SMs, or CUs on AMD
   u64 l2_bytes = 0;
   std::string interconnect;            ///< nvlink4, pcie5, infinity-fabric, ...
-  double interconnect_bytes_per_s = 0; ///< per GPU, as the vendor states it
+  double interconnect_bytes_per_s = 0; ///< per GPU, both directions, as the vendor states it
+  /// GPUs the interconnect joins: 8 on an HGX board, 72 in an NVL72 rack; 0: not stated.
+  u64 scale_up_domain = 0;
+  double interconnect_latency_s = 0; ///< one message over it (a collective step's α)
+  NetworkLink scale_out;             ///< to GPUs outside the domain
   std::string source;
 };
 
