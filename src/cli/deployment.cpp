@@ -42,8 +42,9 @@ std::vector<Gpu> deployment_devices(const ParallelOptions& p,
   for (const auto& name : names) {
     if (is_auto(name)) {
       const Gpu& measured = *own;
-      bool several = std::any_of(p.tps.begin(), p.tps.end(), [](u64 tp) { return tp > 1; }) ||
-                     p.pp > 1 || p.ep > 1 || p.dcp > 1 || p.gpu_count.value_or(1) > 1;
+      std::vector<u64> tps = p.tp_sweep();
+      bool several = std::any_of(tps.begin(), tps.end(), [](u64 tp) { return tp > 1; }) ||
+                     p.pp > 1 || p.ep > 1 || p.dcp > 1 || p.deployment_gpus().value_or(1) > 1;
       if (measured.vendor == "cpu" && several) {
         throw InputError("the device profile measured a CPU, one device: --tp, --pp, --ep, "
                          "--dcp and --gpus above 1 need GPUs; name a catalog --gpu to model a "
@@ -72,18 +73,19 @@ capacity_requests(const std::vector<Model>& models, const CacheRequest& cache,
   std::vector<CapacityRequest> out;
   for (const Model& m : models) {
     for (const Gpu& gpu : devices) {
-      for (u64 tp : p.tps) {
+      for (u64 tp : p.tp_sweep()) {
         CapacityRequest req;
         req.model = m;
         req.gpu = gpu;
         req.cache = cache;
         req.weight_dtype = p.weight_dtype;
-        req.parallel.gpus = p.gpu_count.value_or(0);
+        req.parallel.gpus = p.deployment_gpus().value_or(0);
         req.parallel.tp = tp;
         req.parallel.pp = p.pp;
         req.parallel.ep = p.ep;
         req.parallel.dcp = p.dcp;
         req.parallel.dp_attention = p.dp_attention;
+        req.parallel.redundant_experts = p.redundant_experts;
         req.engine = settings;
         req.mtp = p.mtp;
         req.contexts = contexts;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include <kvcalc/core/checked.hpp>
 #include <kvcalc/core/error.hpp>
+#include <kvcalc/core/units.hpp>
 
 namespace kvcalc::cli {
 
@@ -44,13 +46,9 @@ void add_output_options(CLI::App* cmd, OutputOptions& o, ScaledBytes scaled) {
       ->group(k_group_output);
 }
 
-namespace {
-
 std::optional<DType> dtype_option(const std::string& text, const std::string& flag) {
   return parse_dtype(text, flag);
 }
-
-} // namespace
 
 void add_cache_options(CLI::App* cmd, CacheRequest& c) {
   add_parsed(cmd, "--kv-dtype", c.dtype, dtype_option,
@@ -94,6 +92,34 @@ void add_cache_options(CLI::App* cmd, CacheRequest& c) {
       ->group(k_group_model);
 }
 
+std::optional<u64> ParallelOptions::deployment_gpus() const {
+  if (!nodes) {
+    return gpu_count;
+  }
+  if (*nodes == 0 || gpus_per_node == 0) {
+    throw InputError("--nodes and --gpus-per-node must be at least 1");
+  }
+  u64 total = checked_mul(*nodes, gpus_per_node, "--nodes × --gpus-per-node");
+  if (gpu_count && *gpu_count != total) {
+    throw InputError("--gpus " + group_digits(*gpu_count) + " and --nodes " + group_digits(*nodes) +
+                     " × --gpus-per-node " + group_digits(gpus_per_node) + " = " +
+                     group_digits(total) + " disagree; give one of them");
+  }
+  return total;
+}
+
+std::vector<u64> ParallelOptions::tp_sweep() const {
+  auto total = deployment_gpus();
+  if (tp_given || !dp_attention || !total) {
+    return tps;
+  }
+  if (pp == 0 || *total % pp != 0) {
+    throw InputError("--gpus " + group_digits(*total) + " is not a multiple of --pp " +
+                     group_digits(pp));
+  }
+  return {*total / pp};
+}
+
 void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope, bool measured) {
   std::string defaults;
   for (const auto& g : p.gpus) {
@@ -120,11 +146,14 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope
                   "A GPU catalog YAML of your own, added to the bundled one (docs/gpu-catalog.md)")
       ->type_name("FILE")
       ->group(k_group_deployment);
-  if (scope == ParallelScope::deployment) {
-    add_count(cmd, "--gpus", p.gpu_count,
-              "GPUs in the deployment: model copies = gpus / (tp × pp) [default: tp × pp]")
-        ->group(k_group_deployment);
-  }
+  add_count(cmd, "--gpus", p.gpu_count,
+            "GPUs in the deployment: model copies = gpus / (tp × pp) [default: tp × pp]")
+      ->group(k_group_deployment);
+  add_count(cmd, "--nodes", p.nodes, "Nodes of the deployment: --gpus = nodes × --gpus-per-node")
+      ->group(k_group_deployment);
+  add_count(cmd, "--gpus-per-node", p.gpus_per_node,
+            "GPUs per node, with --nodes [default: 8]; the scale-up domain is the catalog's")
+      ->group(k_group_deployment);
   add_parsed(
       cmd, "--tp", p.tps,
       [&p](const std::string& text, const std::string& flag) {
@@ -139,7 +168,13 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope
             "[default: 1]")
       ->group(k_group_deployment);
   add_count(cmd, "--ep", p.ep,
-            "Expert parallel size: routed experts split over this many GPUs [default: tp]")
+            "Expert parallel ranks: each holds whole experts; below tp each expert splits over "
+            "tp / ep GPUs, above tp the expert group spans ep / tp copies [default: tp with "
+            "--dp-attention, else 1: every expert split over tp]")
+      ->group(k_group_deployment);
+  add_count(cmd, "--redundant-experts", p.redundant_experts,
+            "Extra copies of hot experts spread over the ep ranks (EPLB); they take memory on "
+            "each rank [default: 0]")
       ->group(k_group_deployment);
   if (scope == ParallelScope::deployment) {
     add_count(cmd, "--dcp", p.dcp,

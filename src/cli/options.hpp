@@ -100,6 +100,9 @@ CLI::Option* add_choice_list(CLI::App* cmd, const std::string& flags, std::vecto
       ->check(choice_of(table));
 }
 
+/// A dtype option's text, parsed (aliases and did-you-mean included).
+[[nodiscard]] std::optional<DType> dtype_option(const std::string& text, const std::string& flag);
+
 /// A token count ("4k"), a list of them, a byte size ("3.81GiB"), a fraction in [0, 1].
 CLI::Option* add_count(CLI::App* cmd, const std::string& flags, u64& target,
                        const std::string& help);
@@ -129,14 +132,22 @@ struct ParallelOptions {
   bool gpu_given = false;        ///< --gpu on the command line (else a profile's own device)
   std::string gpu_file;
   std::optional<u64> gpu_count; ///< --gpus; unset: tp × pp
-  std::vector<u64> tps{1};      ///< --tp, a list sweeps
+  std::optional<u64> nodes;     ///< --nodes: gpus = nodes × gpus_per_node
+  u64 gpus_per_node = 8;
+  std::vector<u64> tps{1}; ///< --tp, a list sweeps
   bool tp_given = false;
   u64 pp = 1;
   u64 ep = 0; ///< 0: tp
   u64 dcp = 1;
   bool dp_attention = false;
+  u64 redundant_experts = 0;
   std::optional<DType> weight_dtype;
   bool mtp = false;
+
+  /// GPUs of the deployment: --gpus, or --nodes × --gpus-per-node; unset: tp × pp.
+  [[nodiscard]] std::optional<u64> deployment_gpus() const;
+  /// The tp sweep: --tp, or under --dp-attention without --tp, every GPU of a stage.
+  [[nodiscard]] std::vector<u64> tp_sweep() const;
 
   /// The options of a command whose default --gpu is `gpus` (none: no deployment).
   [[nodiscard]] static ParallelOptions on(std::vector<std::string> gpus) {
@@ -146,8 +157,8 @@ struct ParallelOptions {
   }
 };
 
-/// What a command models: one step on each GPU (the roofline) or a whole deployment, with its
-/// GPU count, decode context parallel and the MTP module.
+/// What a command models: one step on each GPU (the roofline) or a whole deployment, with
+/// decode context parallel and the MTP module.
 enum class ParallelScope { step, deployment };
 
 /// `measured`: the command takes a --device-profile, so `--gpu auto` (its device) applies.

@@ -27,6 +27,7 @@ namespace {
 struct RooflineArgs {
   std::vector<std::string> models;
   std::vector<u64> batches{1};
+  std::optional<std::vector<u64>> batches_per_gpu; ///< sequences per GPU: batch = this × tp
   std::vector<u64> contexts{4096}; ///< cached tokens (decode), prompt (prefill), prefix (extend)
   std::optional<std::vector<u64>> prompt; ///< prefill: the prompt, same as --context
   Phase phase = Phase::decode;
@@ -38,6 +39,12 @@ struct RooflineArgs {
   std::string device_profile; ///< measured ceilings (docs/device-profile.md)
   bool measure = false;       ///< measure this machine first and use its ceilings
   bool no_communication = false;
+  Overlap overlap = Overlap::none;
+  u64 mtp = 0;              ///< tokens the MTP module drafts per step
+  std::string accept = "1"; ///< each drafted token's acceptance
+  std::string imbalance = "1";
+  std::optional<DType> dispatch_dtype;
+  bool explain = false;
   bool mla_crossover = false;
   bool ops = false; ///< print every op of every scenario
   std::string plot; ///< SVG file
@@ -249,7 +256,7 @@ std::vector<RooflineRequest> base_requests(const RooflineArgs& args, const Roofl
   std::vector<RooflineRequest> out;
   for (const Model& m : models) {
     for (const Gpu& gpu : in.devices) {
-      for (u64 tp : args.parallel.tps) {
+      for (u64 tp : args.parallel.tp_sweep()) {
         RooflineRequest& req = out.emplace_back();
         req.model = m;
         req.gpu = gpu;
@@ -257,14 +264,21 @@ std::vector<RooflineRequest> base_requests(const RooflineArgs& args, const Roofl
                                : device_rates(gpu, in.efficiency.bandwidth, in.efficiency.flops);
         req.cache = args.cache;
         req.weight_dtype = args.parallel.weight_dtype;
+        req.parallel.gpus = args.parallel.deployment_gpus().value_or(0);
         req.parallel.tp = tp;
         req.parallel.pp = args.parallel.pp;
         req.parallel.ep = args.parallel.ep;
         req.parallel.dp_attention = args.parallel.dp_attention;
+        req.parallel.redundant_experts = args.parallel.redundant_experts;
         req.phase = args.phase;
         req.query = args.query;
         req.naive_kv = args.naive_kv;
         req.communication = !args.no_communication;
+        req.overlap = args.overlap;
+        req.draft_tokens = args.mtp;
+        req.acceptance = parse_fraction(args.accept, "--accept", 0.0, 1.0);
+        req.expert_imbalance = parse_fraction(args.imbalance, "--expert-imbalance", 1.0, 64.0);
+        req.dispatch_dtype = args.dispatch_dtype;
       }
     }
   }
@@ -279,11 +293,12 @@ std::vector<Scenario> run_scenarios(const RooflineArgs& args, const RooflineInpu
     bool mla = req.model.attention.kind == AttentionKind::mla;
     for (MlaMode mode : mla ? args.mla : std::vector<MlaMode>{MlaMode::automatic}) {
       for (u64 c : in.contexts) {
-        for (u64 b : args.batches) {
+        for (u64 b : args.batches_per_gpu.value_or(args.batches)) {
           RooflineRequest x = req;
           x.mla = mode;
           x.context = c;
-          x.batch = b;
+          x.batch =
+              args.batches_per_gpu ? checked_mul(b, req.parallel.tp, "--batch-per-gpu × tp") : b;
           Scenario& s = scenarios.emplace_back(Scenario{x, compute_roofline(x)});
           warnings.insert(warnings.end(), s.result.notes.begin(), s.result.notes.end());
         }
@@ -320,12 +335,27 @@ Record describe_op(const Op& o, double step_s) {
   r.value("intensity", "FLOP/B", Cell::number(o.intensity));
   r.value("attainable_flops_per_s", Cell::flops(o.attainable));
   r.value("bound", "bound",
-          o.communication   ? Cell::text("interconnect").shown_as("link")
+          o.communication   ? Cell::text(o.collective->link())
           : o.compute_bound ? Cell::text("compute")
                             : Cell::text("memory"));
   r.value("time_s", "time", Cell::seconds(o.time_s));
+  r.value("exposed_s", "exposed", Cell::seconds(o.exposed_s));
   r.value("variant", o.variant.empty() ? Cell::empty() : Cell::text(o.variant));
-  r.value("share", "share", Cell::share(o.time_s / step_s), k_tables_only);
+  if (o.collective) {
+    const Collective& c = *o.collective;
+    Record& x = r.object("collective");
+    x.value("algorithm", Cell::text(c.algorithm));
+    x.value("count", Cell::number(o.collectives));
+    x.value("group", Cell::count(c.group));
+    x.value("domains", Cell::count(c.domains));
+    x.value("scale_up_bytes", Cell::byte_estimate(c.up_bytes));
+    x.value("scale_out_bytes", Cell::byte_estimate(c.out_bytes));
+    x.value("latency_s", Cell::seconds(c.latency_s));
+    x.value("time_s", Cell::seconds(c.time_s));
+  } else {
+    r.value("collective", Cell::empty(), k_json_only);
+  }
+  r.value("share", "share", Cell::share(o.exposed_s / step_s), k_tables_only);
   return r;
 }
 
@@ -337,10 +367,19 @@ Record describe_step(const Scenario& s) {
   Record r;
   r.value("model", "model", Cell::text(q.model.name));
   r.value("gpu", "gpu", Cell::text(q.gpu.name));
+  r.value("gpus", "gpus", Cell::count(res.gpus));
   r.value("tp", "tp", Cell::count(q.parallel.tp));
+  r.value("ep", Cell::count(resolve_deployment(q.model, q.parallel, q.weight_dtype).parallel.ep));
+  r.value("pp", Cell::count(q.parallel.pp));
+  r.value("dp_attention", Cell::flag(q.parallel.dp_attention));
+  r.value("overlap", Cell::text(std::string(overlap_name(q.overlap))));
+  r.value("mtp", Cell::count(q.draft_tokens));
+  r.value("acceptance", Cell::number(q.acceptance));
+  r.value("expert_imbalance", Cell::number(q.expert_imbalance));
   r.value("phase", "phase", Cell::text(std::string(phase_name(q.phase))));
   r.value("mla", "mla", mla ? Cell::text(std::string(mla_mode_name(res.mla))) : Cell::empty());
   r.value("batch", "batch", Cell::count(q.batch));
+  r.value("batch_per_gpu", Cell::count(res.batch_per_gpu));
   r.value("context", "context", Cell::count(q.context));
   r.value("query_tokens", "s", Cell::count(res.query));
   r.value("attended_tokens", Cell::count(res.attended));
@@ -350,13 +389,20 @@ Record describe_step(const Scenario& s) {
   r.value("rates", Cell::text(res.rates_source));
   auto& ops = r.list("ops");
   for (const Op& o : res.ops) {
-    ops.push_back(describe_op(o, res.time_s));
+    ops.push_back(describe_op(o, res.stage_s));
   }
   Record& total = r.object("total");
   total.value("flops", Cell::flop(res.flops));
   total.value("bytes", Cell::byte_estimate(res.bytes));
+  total.value("compute_s", Cell::seconds(res.compute_s));
+  total.value("communication_s", Cell::seconds(res.communication_s));
+  total.value("stage_s", Cell::seconds(res.stage_s));
+  total.value("stage_transfer_s",
+              res.stage_transfer ? Cell::seconds(res.stage_transfer->time_s) : Cell::empty());
   total.value("time_s", "step", Cell::seconds(res.time_s));
+  total.value("tokens_per_step", Cell::number(res.tokens_per_step));
   total.value("tokens_per_s", "tokens/s", Cell::number(res.tokens_per_s));
+  total.value("tokens_per_s_per_gpu", "tok/s/GPU", Cell::number(res.tokens_per_s_per_gpu));
   total.value("time_per_token_s", "per token", Cell::seconds(res.time_per_token_s));
   r.value("dominant", "dominant op", Cell::text(res.dominant));
   return r;
@@ -397,6 +443,67 @@ void render_crossovers(Rendered& r, const std::vector<Crossover>& crossovers) {
   r.tables.push_back(std::move(t));
 }
 
+/// --explain: each collective with the links it crosses, its bytes, α and β; the pipeline and
+/// the overlap.
+std::vector<std::string> explain_step(const Scenario& s, ByteUnits units) {
+  const RooflineRequest& q = s.request;
+  const RooflineResult& res = s.result;
+  const Topology& links = q.rates.links;
+  auto sec = [&](double v) { return format_cell(Cell::seconds(v), units); };
+  auto bytes = [&](double v) { return format_cell(Cell::byte_estimate(v), units); };
+  auto rate = [&](double v) { return format_cell(Cell::bytes_per_s(v), units); };
+  auto describe = [&](const Collective& c) {
+    std::string line = c.algorithm + " over " + group_digits(c.group) + " GPUs";
+    if (c.domains > 1) {
+      line += " in " + group_digits(c.domains) + " domains of " + group_digits(c.group / c.domains);
+    }
+    line += ": each GPU sends";
+    if (c.up_bytes > 0) {
+      line += " " + bytes(c.up_bytes) + " over scale-up (β " + rate(links.up_bytes_per_s) + ")";
+    }
+    if (c.out_bytes > 0) {
+      line += std::string(c.up_bytes > 0 ? " and" : "") + " " + bytes(c.out_bytes) +
+              " over scale-out (β " + rate(links.out_bytes_per_s) + ")";
+    }
+    return line + ", α " + sec(c.latency_s) + " ⇒ " + sec(c.time_s);
+  };
+  std::vector<std::string> out;
+  out.push_back(q.model.name + " on " + group_digits(res.gpus) + " × " + q.gpu.name + " (tp " +
+                group_digits(q.parallel.tp) + ", pp " + group_digits(q.parallel.pp) + ", ep " +
+                group_digits(resolve_deployment(q.model, q.parallel, q.weight_dtype).parallel.ep) +
+                (q.parallel.dp_attention ? ", dp-attention" : "") + "), batch " +
+                group_digits(q.batch) + ", " + group_digits(res.batch_per_gpu) +
+                " sequences' attention per GPU; links: " +
+                (links.domain ? group_digits(links.domain) + " GPUs per scale-up domain"
+                              : "scale-up domain not stated") +
+                (links.out_bytes_per_s > 0 ? ", NIC " + rate(links.out_bytes_per_s) : ", no NIC"));
+  for (const Op& o : res.ops) {
+    if (o.collective) {
+      out.push_back("  " + o.name + ": " + describe(*o.collective) + " each, × " +
+                    fmt::format("{:g}", o.collectives) + " = " + sec(o.time_s));
+    }
+  }
+  if (res.stage_transfer) {
+    out.push_back("  pipeline: " + describe(*res.stage_transfer) + " at each of " +
+                  group_digits(q.parallel.pp - 1) +
+                  " stage boundaries; step = " + group_digits(q.parallel.pp) + " × " +
+                  sec(res.stage_s) + " + transfers = " + sec(res.time_s));
+  }
+  out.push_back("  compute " + sec(res.compute_s) + ", communication " + sec(res.communication_s) +
+                (q.overlap == Overlap::two_batch
+                     ? " in two half batches; the shorter runs under the longer: " +
+                           sec(res.stage_s) + " per stage"
+                     : ", one after the other: " + sec(res.stage_s) + " per stage"));
+  if (q.draft_tokens > 0) {
+    out.push_back("  MTP: " + group_digits(q.draft_tokens) +
+                  (q.draft_tokens == 1 ? " drafted token" : " drafted tokens") +
+                  " per step, each kept with chance " + fmt::format("{:g}", q.acceptance) +
+                  " after the one before: " + fmt::format("{:.4g}", res.tokens_per_step) +
+                  " tokens per request per step");
+  }
+  return out;
+}
+
 void render_steps(Rendered& r, const RooflineArgs& args, const std::vector<Scenario>& scenarios) {
   std::vector<Record> described;
   for (const Scenario& s : scenarios) {
@@ -414,25 +521,36 @@ void render_steps(Rendered& r, const RooflineArgs& args, const std::vector<Scena
                                        {"query_tokens", "", "query"},
                                        {"total.time_s", "", "time_s"},
                                        {"total.tokens_per_s", "", "tokens_per_s"},
+                                       {"total.tokens_per_s_per_gpu", "", "tokens_per_s_per_gpu"},
                                        {"total.time_per_token_s", "", "time_per_token_s"},
                                        {"dominant"}});
+  Overlap overlap = scenarios.front().request.overlap;
   summary.notes.push_back("ceilings: " + scenarios.front().result.rates_source +
-                          "; ops run one after another (no overlap)");
+                          (overlap == Overlap::none
+                               ? "; ops run one after another (no overlap)"
+                               : "; two-batch overlap: the shorter of compute and communication "
+                                 "runs under the longer"));
   r.csv = summary;
   r.tables.push_back(std::move(summary));
+  if (args.explain) {
+    for (const Scenario& s : scenarios) {
+      for (std::string& line : explain_step(s, args.output.units)) {
+        r.text_after.push_back(std::move(line));
+      }
+    }
+  }
   if (!args.ops && scenarios.size() > 1) {
     return;
   }
   for (std::size_t i = 0; i < scenarios.size(); ++i) {
     const RooflineRequest& q = scenarios[i].request;
-    Table t = table_of(described[i].records("ops"), {{"name"},
-                                                     {"dtype"},
-                                                     {"flops"},
-                                                     {"bytes"},
-                                                     {"intensity"},
-                                                     {"bound"},
-                                                     {"time_s"},
-                                                     {"share"}});
+    std::vector<ColumnRef> columns{{"name"},      {"dtype"}, {"flops"}, {"bytes"},
+                                   {"intensity"}, {"bound"}, {"time_s"}};
+    if (q.overlap != Overlap::none) {
+      columns.push_back({"exposed_s"});
+    }
+    columns.push_back({"share"});
+    Table t = table_of(described[i].records("ops"), columns);
     t.title = q.model.name + " on " + q.gpu.name + ", batch " + group_digits(q.batch) +
               ", context " + group_digits(q.context) +
               (q.model.attention.kind == AttentionKind::mla
@@ -504,6 +622,24 @@ Command setup_roofline(CLI::App& app) {
              "Naive MLA: fused (decompressed K/V stay on chip) or materialized (written and read "
              "back)")
       ->group(k_group_workload);
+  add_parsed(
+      cmd, "--batch-per-gpu", args->batches_per_gpu,
+      [](const std::string& text, const std::string& flag) {
+        return std::optional<std::vector<u64>>(parse_batches(text, flag));
+      },
+      "Sequences per GPU instead of --batch: batch = this × tp (a list or range sweeps)")
+      ->type_name("N,...|A-B")
+      ->group(k_group_workload);
+  add_count(cmd, "--mtp", args->mtp,
+            "Decode with the model's MTP module drafting N tokens per step; the step verifies "
+            "1 + N [default: 0]")
+      ->type_name("N")
+      ->group(k_group_workload);
+  cmd->add_option("--accept", args->accept,
+                  "MTP: each drafted token's chance to be kept, given the one before was "
+                  "[default: 1]")
+      ->type_name("P")
+      ->group(k_group_workload);
   cmd->add_flag("--mla-crossover", args->mla_crossover,
                 "Report where absorbed MLA stops paying: the FLOP and the time crossover in chunk "
                 "length over each --context prefix")
@@ -511,7 +647,22 @@ Command setup_roofline(CLI::App& app) {
   add_cache_options(cmd, args->cache);
   add_parallel_options(cmd, args->parallel, ParallelScope::step, true);
   cmd->add_flag("--no-comm", args->no_communication,
-                "Leave out TP all-reduce and EP all-to-all time")
+                "Leave out the collectives: TP all-reduce, expert dispatch and combine, pipeline "
+                "transfers")
+      ->group(k_group_deployment);
+  add_choice(cmd, "--overlap", args->overlap, k_overlaps,
+             "none, or two-batch: two half batches, the compute of one hiding the communication "
+             "of the other (DeepSeek's dual-batch overlap, SGLang --enable-two-batch-overlap)")
+      ->group(k_group_deployment);
+  cmd->add_option("--expert-imbalance", args->imbalance,
+                  "Token-expert pairs on the busiest GPU over the mean, from 1 (balanced) to 64 "
+                  "[default: 1]")
+      ->type_name("F")
+      ->group(k_group_deployment);
+  add_parsed(cmd, "--dispatch-dtype", args->dispatch_dtype, dtype_option,
+             "Expert dispatch payload: fp8 (with a scale per 128) or bf16 [default: fp8 where "
+             "the experts compute in fp8, else the activation dtype]")
+      ->type_name("DTYPE")
       ->group(k_group_deployment);
   cmd->add_option("--efficiency", args->efficiency,
                   "Scale the datasheet ceilings: bw=F,flops=F (e.g. bw=0.85,flops=0.7) [default: "
@@ -528,6 +679,10 @@ Command setup_roofline(CLI::App& app) {
                 "without --gpu (or with --gpu auto) the measured device is the device")
       ->group(k_group_ceilings);
   cmd->add_flag("--ops", args->ops, "Print the op table of every scenario")->group(k_group_output);
+  cmd->add_flag("--explain", args->explain,
+                "Print each collective with its links, bytes, α and β, the pipeline and the "
+                "overlap")
+      ->group(k_group_output);
   cmd->add_option("--plot", args->plot,
                   "Write an SVG: the roofline with every op, and for a batch sweep throughput and "
                   "time per token against batch")

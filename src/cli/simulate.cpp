@@ -253,6 +253,8 @@ SimulateInputs read_inputs(const SimulateArgs& args) {
     throw InputError("--swap-bandwidth must be above 0 bytes per second");
   }
   in.deployment = args.parallel;
+  in.deployment.gpu_count = args.parallel.deployment_gpus();
+  in.deployment.nodes.reset();
   if (!in.deployment.tp_given && in.deployment.gpu_count) {
     // One instance over all the GPUs: tp = gpus / pp.
     u64 gpus = *in.deployment.gpu_count;

@@ -202,15 +202,21 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
                       " has no multi-token-prediction module; nothing is "
                       "added");
   }
-  WeightSharding sharding{p.tp, attention_tp, p.pp, p.ep, req.mtp};
-  WeightBytes weights = weight_bytes(m, params, r.weight_dtype, sharding);
+  WeightBytes weights = weight_bytes(m, params, r.weight_dtype, weight_sharding(resolved, req.mtp));
   r.weights_bytes_per_gpu = weights.per_gpu;
-  why.add(
-      "weights: ", num(params.main + (req.mtp ? params.mtp : 0)),
-      " parameters = ", bytes(weights.total),
-      " in " + std::string(dtype_name(r.weight_dtype)) + " (scales included); on one GPU with tp ",
-      num(p.tp), ", pp ", num(p.pp), ", ep ", num(p.ep),
-      p.dp_attention ? ", attention replicated (dp-attention)" : "", ": ", bytes(weights.per_gpu));
+  why.add("weights: ", num(params.main + (req.mtp ? params.mtp : 0)),
+          " parameters = ", bytes(weights.total),
+          " in " + std::string(dtype_name(r.weight_dtype)) +
+              " (scales included); on one GPU with tp ",
+          num(p.tp), ", pp ", num(p.pp), ", ep ", num(p.ep),
+          resolved.expert_tp > 1 ? " (each expert over " + std::to_string(resolved.expert_tp) + ")"
+                                 : "",
+          p.redundant_experts > 0
+              ? ", " + std::to_string(resolved.experts_per_rank) + " experts per rank with " +
+                    std::to_string(p.redundant_experts) + " redundant"
+              : "",
+          p.dp_attention ? ", all but the routed experts replicated (dp-attention)" : "", ": ",
+          bytes(weights.per_gpu));
 
   // The cache as one GPU holds it, in the format the engine stores.
   CacheLayout layout;

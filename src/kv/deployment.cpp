@@ -43,11 +43,42 @@ Deployment resolve_deployment(const Model& m, const Parallelism& asked,
     throw InputError("--pp " + group_digits(p.pp) + " is more pipeline stages than " + m.name +
                      "'s " + group_digits(m.layers) + " layers; each stage needs at least one");
   }
-  p.ep = p.ep == 0 ? p.tp : p.ep;
-  if (p.ep > p.gpus) {
+  // Experts: ep ranks per pipeline stage; below tp each expert is split over tp / ep of them
+  // (expert TP); above tp they span several copies, which send them their tokens.
+  u64 stage_gpus = p.gpus / p.pp;
+  p.ep = p.ep == 0 ? (p.dp_attention ? p.tp : 1) : p.ep;
+  if (p.ep > stage_gpus) {
     throw InputError("--ep " + group_digits(p.ep) + " shards the experts over more GPUs than the " +
-                     group_digits(p.gpus) + (p.gpus == 1 ? " GPU" : " GPUs") +
-                     " of the deployment (--gpus, else tp × pp)");
+                     group_digits(stage_gpus) + (stage_gpus == 1 ? " GPU" : " GPUs") +
+                     " of a pipeline stage (--gpus, else tp × pp, over pp)");
+  }
+  u64 expert_tp = 1;
+  if (p.ep < p.tp) {
+    if (p.tp % p.ep != 0) {
+      throw InputError("--ep " + group_digits(p.ep) + " must divide --tp " + group_digits(p.tp) +
+                       " (each expert is split over tp / ep GPUs), or be a multiple of it");
+    }
+    if (p.dp_attention) {
+      throw InputError("--dp-attention sends each rank's tokens to its experts: --ep must be at "
+                       "least --tp " +
+                       group_digits(p.tp) +
+                       " (kvcalc does not model experts split over tp "
+                       "under attention data parallel)");
+    }
+    expert_tp = p.tp / p.ep;
+  } else if (p.ep % p.tp != 0 || stage_gpus % p.ep != 0) {
+    throw InputError("--ep " + group_digits(p.ep) + " above --tp " + group_digits(p.tp) +
+                     " must be a multiple of it that divides the " + group_digits(stage_gpus) +
+                     " GPUs of a pipeline stage, so that expert groups are whole copies");
+  }
+  if (p.redundant_experts > 0) {
+    if (!m.moe) {
+      throw InputError("--redundant-experts: " + m.name + " has no routed experts");
+    }
+    if (p.ep == 1) {
+      throw InputError("--redundant-experts copies experts across expert-parallel ranks; give "
+                       "--ep above 1");
+    }
   }
   u64 attention_tp = p.dp_attention ? 1 : p.tp;
   if (has_attention(m)) {
@@ -66,6 +97,11 @@ Deployment resolve_deployment(const Model& m, const Parallelism& asked,
   d.replicas = p.gpus / copy;
   d.attention_tp = attention_tp;
   d.kv_pools = checked_mul(d.replicas, p.dp_attention ? p.tp : 1);
+  d.expert_tp = expert_tp;
+  d.expert_all_to_all = p.dp_attention || p.ep > p.tp;
+  if (m.moe) {
+    d.experts_per_rank = ceil_div(checked_add(m.moe->routed_experts, p.redundant_experts), p.ep);
+  }
   d.weight_dtype = weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
   return d;
 }

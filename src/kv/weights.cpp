@@ -39,6 +39,16 @@ DType tensor_dtype(const Model& m, const TensorGroup& t, DType weight_dtype) {
   return covered ? weight_dtype : m.dtype;
 }
 
+WeightSharding weight_sharding(const Deployment& d, bool mtp) {
+  WeightSharding s;
+  s.dense_tp = d.attention_tp;
+  s.pp = d.parallel.pp;
+  s.experts_per_rank = d.experts_per_rank;
+  s.expert_tp = d.expert_tp;
+  s.mtp = mtp;
+  return s;
+}
+
 WeightBytes weight_bytes(const Model& m, const ParamCount& params,
                          std::optional<DType> weight_dtype, const WeightSharding& s) {
   DType dtype = weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
@@ -53,23 +63,18 @@ WeightBytes weight_bytes(const Model& m, const ParamCount& params,
     }
     u64 bytes = tensor_bytes(t, tensor_dtype(m, t, dtype));
     out.total = checked_add(out.total, bytes, "weight bytes");
-    // Vectors (norms, biases) are replicated; matrices are split.
-    u64 shards = 1;
+    // Vectors (norms, biases) are replicated; matrices are split. An expert-parallel rank
+    // holds its whole experts, each split over expert_tp GPUs.
+    u64 share = bytes;
     if (t.rows > 1) {
-      switch (t.place) {
-      case TensorPlace::expert:
-        shards = s.ep;
-        break;
-      case TensorPlace::layer:
-        shards = t.name.starts_with("attention.") || t.name.starts_with("state.") ? s.attention_tp
-                                                                                  : s.tp;
-        break;
-      default:
-        shards = s.tp; // vocab-parallel embedding and head
-        break;
+      if (t.place == TensorPlace::expert) {
+        u64 experts = m.moe ? m.moe->routed_experts : 1;
+        u64 held = s.experts_per_rank == 0 ? experts : s.experts_per_rank;
+        share = ceil_div(checked_mul(bytes / experts, held, "weight bytes"), s.expert_tp);
+      } else {
+        share = ceil_div(bytes, s.dense_tp);
       }
     }
-    u64 share = ceil_div(bytes, shards);
     if (t.place == TensorPlace::expert) {
       out.experts = checked_add(out.experts, bytes);
     }

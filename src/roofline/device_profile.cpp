@@ -24,7 +24,7 @@ DeviceRates device_rates(const Gpu& gpu, const DeviceProfile& profile) {
                                              : std::nullopt;
   }
   if (profile.link_bytes_per_s > 0) {
-    r.link_bytes_per_s = profile.link_bytes_per_s;
+    r.links.up_bytes_per_s = profile.link_bytes_per_s;
   }
   r.source = "device profile " + profile.file + " (" + profile.backend + ", " + profile.device +
              (profile.date.empty() ? "" : ", " + profile.date) + ")";

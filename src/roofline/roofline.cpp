@@ -19,6 +19,10 @@ std::string_view phase_name(Phase p) {
   return k_phases.name(p);
 }
 
+std::string_view overlap_name(Overlap o) {
+  return k_overlaps.name(o);
+}
+
 Phase parse_phase(std::string_view text) {
   return k_phases.parse(text);
 }
@@ -40,7 +44,12 @@ DeviceRates device_rates(const Gpu& gpu, double bandwidth_efficiency, double flo
     }
   }
   // Vendors state the link as both directions together; a collective streams one way.
-  r.link_bytes_per_s = gpu.interconnect_bytes_per_s / 2;
+  r.links.gpu = gpu.name;
+  r.links.domain = gpu.scale_up_domain;
+  r.links.up_bytes_per_s = gpu.interconnect_bytes_per_s / 2;
+  r.links.up_latency_s = gpu.interconnect_latency_s;
+  r.links.out_bytes_per_s = gpu.scale_out.bytes_per_s;
+  r.links.out_latency_s = gpu.scale_out.latency_s;
   if (bandwidth_efficiency == 1.0 && flops_efficiency == 1.0) {
     r.source = "datasheet";
   } else {
@@ -74,12 +83,13 @@ double peak_of(const PeakFlops& f, DType dtype) {
 /// Collects the ops of one step with their names, rates and bounds.
 class OpSink {
 public:
-  OpSink(const RooflineRequest& req, std::vector<Op>& out) : m_req(req), m_out(out) {}
+  OpSink(const RooflineRequest& req, std::vector<Op>& out, const char* prefix)
+      : m_req(req), m_out(out), m_prefix(prefix) {}
 
   void add(const char* name, DType dtype, double flops, double weights, double activations,
            double kv, const char* variant = "") {
     Op op;
-    op.name = name;
+    op.name = m_prefix + name;
     op.dtype = std::string(dtype_name(dtype));
     op.flops = flops;
     op.weight_bytes = weights;
@@ -99,23 +109,27 @@ public:
     m_out.push_back(std::move(op));
   }
 
-  void collective(const char* name, double bytes) {
-    if (bytes <= 0) {
+  /// `count` collectives `c` of the step (one per layer, say).
+  void collective(const char* name, DType dtype, const Collective& c, double count) {
+    if (count <= 0 || c.time_s <= 0) {
       return;
     }
     Op op;
-    op.name = name;
-    op.dtype = std::string(dtype_name(m_req.model.dtype));
-    op.activation_bytes = bytes;
-    op.bytes = bytes;
+    op.name = m_prefix + name;
+    op.dtype = std::string(dtype_name(dtype));
+    op.activation_bytes = (c.up_bytes + c.out_bytes) * count;
+    op.bytes = op.activation_bytes;
     op.communication = true;
-    op.time_s = bytes / m_req.rates.link_bytes_per_s;
+    op.time_s = c.time_s * count;
+    op.collective = c;
+    op.collectives = count;
     m_out.push_back(std::move(op));
   }
 
 private:
   const RooflineRequest& m_req;
   std::vector<Op>& m_out;
+  std::string m_prefix;
 };
 
 /// Sums the time of the ops of one step, allocating nothing (the simulator's path).
@@ -128,21 +142,71 @@ public:
     double peak = peak_of(m_rates.flops_per_s, dtype);
     double compute = peak > 0 ? flops / peak : 0;
     double memory = (weights + activations + kv) / m_rates.bandwidth_bytes_per_s;
-    m_time += std::max(compute, memory);
+    m_compute += std::max(compute, memory);
   }
 
-  void collective(const char* /*name*/, double bytes) {
-    if (bytes > 0) {
-      m_time += bytes / m_rates.link_bytes_per_s;
+  void collective(const char* /*name*/, DType /*dtype*/, const Collective& c, double count) {
+    if (count > 0) {
+      m_communication += c.time_s * count;
     }
   }
 
-  [[nodiscard]] double time() const { return m_time; }
+  [[nodiscard]] double compute() const { return m_compute; }
+  [[nodiscard]] double communication() const { return m_communication; }
 
 private:
   const DeviceRates& m_rates;
-  double m_time = 0;
+  double m_compute = 0;
+  double m_communication = 0;
 };
+
+/// A load with every sum scaled by `f` (half of it for each micro-batch of two).
+StepLoad scaled(const StepLoad& load, double f) {
+  StepLoad out = load;
+  auto scale = [f](AttentionSums& x) {
+    x.query *= f;
+    x.attended *= f;
+    x.held *= f;
+  };
+  out.tokens *= f;
+  out.logits *= f;
+  out.attention_tokens *= f;
+  out.sequences *= f;
+  for (AttentionLoad* path : {&out.absorbed, &out.naive}) {
+    for (AttentionSums& k : path->kinds) {
+      scale(k);
+    }
+  }
+  scale(out.indexer);
+  return out;
+}
+
+/// An op `times` over: FLOPs, bytes and time.
+void repeat(Op& o, double times) {
+  o.flops *= times;
+  o.weight_bytes *= times;
+  o.activation_bytes *= times;
+  o.kv_bytes *= times;
+  o.bytes *= times;
+  o.time_s *= times;
+  o.exposed_s *= times;
+  o.collectives *= times;
+}
+
+/// Marks what the step's overlap hides: with two-batch overlap the shorter of compute and
+/// communication runs under the longer; without, every op is on the critical path.
+void expose(std::vector<Op>& ops, Overlap overlap) {
+  double compute = 0;
+  double communication = 0;
+  for (const Op& o : ops) {
+    (o.communication ? communication : compute) += o.time_s;
+  }
+  bool hide_communication = compute >= communication;
+  for (Op& o : ops) {
+    bool hidden = overlap == Overlap::two_batch && o.communication == hide_communication;
+    o.exposed_s = hidden ? 0 : o.time_s;
+  }
+}
 
 } // namespace
 
@@ -153,7 +217,7 @@ MlaMode resolve_mla_mode(MlaMode requested, Phase phase, u64 s) {
   return s <= 128 && phase != Phase::prefill ? MlaMode::absorbed : MlaMode::naive;
 }
 
-StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
+StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft(draft) {
   const Model& m = req.model;
   if (req.parallel.dcp > 1) {
     throw InputError("the roofline does not model decode context parallel (--dcp); its step "
@@ -161,11 +225,23 @@ StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
   }
   Deployment deployment = resolve_deployment(m, req.parallel, req.weight_dtype);
   const Parallelism& par = deployment.parallel;
-  u64 ep = par.ep;
   u64 attention_tp = deployment.attention_tp;
+  if (!(req.expert_imbalance >= 1 && req.expert_imbalance <= 64)) {
+    throw InputError("--expert-imbalance is the busiest GPU's token-expert pairs over the mean: "
+                     "from 1 (balanced) to 64");
+  }
   m_mla = has_attention(m) && m.attention.kind == AttentionKind::mla;
-  m_ep = d(ep);
-  m_attention_share = par.dp_attention ? 1.0 / d(par.tp) : 1.0;
+  // Each GPU's own share: an attention group of attention_tp GPUs runs its sequences and the
+  // dense parts on their tokens; experts take the tokens of every copy their group serves.
+  m_tp = d(par.tp);
+  m_attention_tp = d(attention_tp);
+  m_attention_share = m_attention_tp / m_tp;
+  m_ep = d(par.ep);
+  m_expert_tp = d(deployment.expert_tp);
+  m_experts_local = d(deployment.experts_per_rank);
+  m_expert_copies = par.ep > par.tp ? d(par.ep) / d(par.tp) : 1.0;
+  m_all_to_all = deployment.expert_all_to_all;
+  m_domain_copy = par.tp * par.pp;
 
   // This GPU: ⌈layers / pp⌉ layers, its share of heads and states; the cache as it holds it.
   CacheLayout layout;
@@ -292,14 +368,20 @@ StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
                 linear_bytes(m.dtype, m.indexer->head_dim + m.indexer->heads, m.hidden_size);
   }
   if (m_dense > 0) {
-    m_mlp_width = d(m.mlp.intermediate_size) / d(par.tp);
+    m_mlp_width = d(m.mlp.intermediate_size) / m_attention_tp;
     m_w_mlp = linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(std::max(1.0, m_mlp_width)));
   }
   if (m.moe && m_moe > 0) {
     const Moe& e = *m.moe;
     m_w_expert = linear_bytes(wdt, e.expert_intermediate_size, m.hidden_size);
+    // Dispatch sends fp8 with a scale per 128 values where the experts compute in fp8
+    // (DeepEP); combine returns the activation dtype.
+    m_dispatch_dtype = req.dispatch_dtype.value_or(m_expert_math);
+    bool fp8 = m_dispatch_dtype == DType::fp8_e4m3 || m_dispatch_dtype == DType::fp8_e5m2;
+    m_dispatch_bytes = fp8 ? d(m.hidden_size) + 4 * d(ceil_div(m.hidden_size, 128))
+                           : d(dtype_storage_bytes(m_dispatch_dtype, m.hidden_size));
     if (e.shared_expert_intermediate_size > 0) {
-      m_shared_width = d(e.shared_expert_intermediate_size) / d(par.tp);
+      m_shared_width = d(e.shared_expert_intermediate_size) / m_attention_tp;
       m_w_shared =
           linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(std::max(1.0, m_shared_width)));
     }
@@ -321,8 +403,8 @@ StepCost::StepCost(const RooflineRequest& req) : m_req(req) {
         m_state_params += count / d(t.count) / shards;
         m_w_state += bytes / d(t.count) / shards;
       } else if (t.name == "params_override_remainder") {
-        m_other_params = count * stage_share / d(par.tp);
-        m_w_other = bytes * stage_share / d(par.tp);
+        m_other_params = count * stage_share / m_attention_tp;
+        m_w_other = bytes * stage_share / m_attention_tp;
       }
     }
   }
@@ -357,9 +439,8 @@ void StepCost::add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies
 template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const {
   const Model& m = m_req.model;
   const Attention& a = m.attention;
-  const Parallelism& par = m_req.parallel;
-  double n_attn = load.attention_tokens; // tokens through attention on this GPU
-  double n = load.tokens;                // tokens through the MLP and head of one copy
+  double n_attn = load.attention_tokens; // tokens of this GPU's attention group
+  double n = n_attn;                     // ...through its norms, dense MLP and shared experts
   double h = d(m.hidden_size);
   double w = m_w;
   double L = d(m_stage);
@@ -498,6 +579,11 @@ template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const
   if (m_other_params > 0) {
     op.add("layers.other", m_attn_math, 2 * n * m_other_params, m_w_other, 0, 0);
   }
+  if (m_draft) {
+    // The MTP module's own projection of [embedding; hidden] (2h → h) before its layer.
+    op.add("eh_proj", m_attn_math, 2 * n * 2 * h * h, 2 * h * h * w / m_attention_tp, n * 3 * h * w,
+           0);
+  }
 
   // MLP: dense layers, then MoE layers.
   double gate = m.mlp.kind == MlpKind::gated ? 3 : 2;
@@ -509,50 +595,105 @@ template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const
   if (m_moe > 0) {
     const Moe& e = *m.moe;
     double ml = m_moe;
-    double ep = m_ep;
-    op.add("moe.router", m.dtype, 2 * n * h * d(e.routed_experts) * ml,
-           h * d(e.routed_experts) * w * ml, n * (h + d(e.routed_experts)) * w * ml, 0);
-    // Each routed expert the batch touches is read once per step (uniform routing).
-    double touched = expected_experts(e.routed_experts, e.experts_per_token, n) / ep;
-    double ie = d(e.expert_intermediate_size);
-    op.add("moe.experts", m_expert_math, 2 * n * d(e.experts_per_token) * h * ie * gate / ep * ml,
-           touched * gate * m_w_expert * ml,
-           n * d(e.experts_per_token) / ep * (2 * h + gate * ie) * w * ml, 0);
+    double k = d(e.experts_per_token);
+    double experts = d(e.routed_experts);
+    op.add("moe.router", m.dtype, 2 * n * h * experts * ml, h * experts * w * ml,
+           n * (h + experts) * w * ml, 0);
+    // The expert group serves the tokens of every copy it spans; this GPU takes 1/ep of their
+    // token-expert pairs (times the imbalance), each expert's width split over expert_tp.
+    double group_tokens = load.tokens * m_expert_copies;
+    double pairs = group_tokens * k / m_ep * m_req.expert_imbalance;
+    double ie = d(e.expert_intermediate_size) / m_expert_tp;
+    // A local expert is read once per step when the group's tokens touch it (uniform routing).
+    double touched = m_experts_local *
+                     expected_experts(e.routed_experts, e.experts_per_token, group_tokens) /
+                     experts;
+    op.add("moe.experts", m_expert_math, 2 * pairs * h * ie * gate * ml,
+           touched * gate * m_w_expert / m_expert_tp * ml, pairs * (2 * h + gate * ie) * w * ml, 0);
     if (e.shared_expert_intermediate_size > 0) {
       double width = m_shared_width;
       op.add("moe.shared_experts", m_attn_math, 2 * n * h * width * gate * ml,
              gate * m_w_shared * ml, n * (2 * h + gate * width) * w * ml, 0);
     }
-    if (m_req.communication && ep > 1) {
-      // Dispatch and combine: each token's hidden state to k experts, most on other GPUs.
-      op.collective("moe.all_to_all",
-                    2 * n * d(e.experts_per_token) * h * w * (ep - 1) / ep / ep * ml);
+    if (m_req.communication && m_all_to_all) {
+      // Each GPU sends its slice of the copy's tokens to the k experts of each (dispatch) and
+      // takes their outputs back (combine); the busiest GPU receives `imbalance` × the mean.
+      double sent = load.tokens / m_tp * k * m_req.expert_imbalance;
+      u64 group = static_cast<u64>(m_ep);
+      op.collective("moe.dispatch", m_dispatch_dtype,
+                    all_to_all(m_req.rates.links, group, sent * m_dispatch_bytes), ml);
+      op.collective("moe.combine", m.dtype, all_to_all(m_req.rates.links, group, sent * h * w), ml);
     }
   }
-  if (m_req.communication && par.tp > 1) {
-    // Ring all-reduce of the hidden states after each token mixer and each feed-forward part.
-    op.collective("tp.all_reduce",
-                  2 * (d(par.tp) - 1) / d(par.tp) * n * h * w * (m_mixers + m_dense + m_moe));
+  if (m_req.communication && m_attention_tp > 1) {
+    // All-reduce of the attention group's hidden states after each token mixer and each
+    // feed-forward part (experts inside the group included).
+    double reduces = m_mixers + m_dense + (m_all_to_all ? 0 : m_moe);
+    op.collective("tp.all_reduce", m.dtype,
+                  all_reduce(m_req.rates.links, static_cast<u64>(m_attention_tp), n * h * w),
+                  reduces);
   }
 
   // LM head: every new token in decode, the last token of each prompt in prefill/extend.
-  double vocab = d(m.vocab_size) / d(par.tp);
-  op.add("lm_head", m.dtype, 2 * load.logits * h * vocab, vocab * h * w,
-         load.logits * (h * w + vocab * 4), 0);
+  double vocab = d(m.vocab_size) / m_attention_tp;
+  double logits = load.logits * m_attention_share;
+  op.add("lm_head", m.dtype, 2 * logits * h * vocab, vocab * h * w, logits * (h * w + vocab * 4),
+         0);
 }
 
 double StepCost::time_s(const StepLoad& load) const {
   TimeSink sink(m_req.rates);
-  build(load, sink);
-  return sink.time();
+  if (m_req.overlap == Overlap::none) {
+    build(load, sink);
+    return sink.compute() + sink.communication();
+  }
+  build(scaled(load, 0.5), sink);
+  return 2 * std::max(sink.compute(), sink.communication());
 }
 
 std::vector<Op> StepCost::ops(const StepLoad& load) const {
   std::vector<Op> out;
-  OpSink sink(m_req, out);
-  build(load, sink);
+  OpSink sink(m_req, out, m_draft ? "mtp." : "");
+  bool halves = m_req.overlap == Overlap::two_batch;
+  build(halves ? scaled(load, 0.5) : load, sink);
+  for (Op& o : out) {
+    repeat(o, halves ? 2 : 1);
+  }
+  expose(out, m_req.overlap);
   return out;
 }
+
+namespace {
+
+/// The model an MTP module is: its layers, with the main model's widths and head.
+Model draft_model(const Model& m) {
+  Model draft = m;
+  draft.name = m.name + " MTP";
+  draft.layers = m.mtp_layers;
+  draft.layer_types.assign(m.mtp_layers, LayerType::full);
+  draft.ffn_types.assign(m.mtp_layers, m.ffn_types.back());
+  draft.mtp_layers = 0;
+  draft.kv_shared_layers = 0;
+  draft.params.reset();
+  if (draft.moe) {
+    draft.moe->first_dense_layers = 0;
+  }
+  return draft;
+}
+
+/// Tokens a request keeps per step when `drafts` drafted tokens are each kept with chance `a`
+/// given the one before was: 1 + a + a² + … + a^drafts.
+double kept_per_step(u64 drafts, double a) {
+  double kept = 1;
+  double p = 1;
+  for (u64 i = 0; i < drafts; ++i) {
+    p *= a;
+    kept += p;
+  }
+  return kept;
+}
+
+} // namespace
 
 RooflineResult compute_roofline(const RooflineRequest& req) {
   const Model& m = req.model;
@@ -562,6 +703,20 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   if (req.batch == 0 || req.context == 0 || req.query == 0) {
     throw InputError("--batch, --context and the query length must be at least 1");
   }
+  if (req.draft_tokens > 0) {
+    if (m.mtp_layers == 0) {
+      throw InputError("--mtp drafts with the model's multi-token-prediction module; " + m.name +
+                       " has none (mtp_layers), and kvcalc does not model a separate draft "
+                       "model");
+    }
+    if (req.phase != Phase::decode || req.query != 1) {
+      throw InputError("--mtp applies to decode steps, whose query it sets to 1 + drafts; drop "
+                       "--query and --phase");
+    }
+  }
+  if (!(req.acceptance >= 0 && req.acceptance <= 1)) {
+    throw InputError("--accept is a probability: from 0 to 1");
+  }
   StepCost cost(req);
 
   // Step shape: s new tokens per request attending t tokens, t_eff on average (causal).
@@ -569,7 +724,7 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   u64 prefix = 0;
   switch (req.phase) {
   case Phase::decode:
-    s = req.query;
+    s = req.query + req.draft_tokens;
     prefix = req.context >= s ? req.context - s : 0;
     break;
   case Phase::prefill:
@@ -590,36 +745,70 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   }
   out.layers = cost.layers();
   out.heads = cost.heads();
-  u64 batch_gpu = par.dp_attention ? ceil_div(req.batch, par.tp) : req.batch;
+  Deployment deployment = resolve_deployment(m, par, req.weight_dtype);
+  u64 groups = par.tp / deployment.attention_tp; // attention groups of a copy
+  u64 batch_gpu = ceil_div(req.batch, groups);
   out.batch_per_gpu = batch_gpu;
+  out.gpus = par.tp * par.pp;
+  out.micro_batches = par.pp;
   StepLoad load;
   cost.add(load, req.phase, s, prefix, d(req.batch), d(batch_gpu));
   out.ops = cost.ops(load);
 
+  // MTP: each drafted token is one pass of the module over the batch, one token each.
+  if (req.draft_tokens > 0) {
+    RooflineRequest draft = req;
+    draft.model = draft_model(m);
+    draft.parallel.pp = 1;
+    draft.parallel.gpus = deployment.parallel.gpus / par.pp;
+    StepCost draft_cost(draft, true);
+    StepLoad draft_load;
+    draft_cost.add(draft_load, Phase::decode, 1, req.context, d(req.batch), d(batch_gpu));
+    for (Op o : draft_cost.ops(draft_load)) {
+      repeat(o, d(req.draft_tokens));
+      out.ops.push_back(std::move(o));
+    }
+    expose(out.ops, req.overlap);
+  }
+
   for (const Op& o : out.ops) {
     out.flops += o.flops;
     out.bytes += o.bytes;
-    out.time_s += o.time_s;
+    (o.communication ? out.communication_s : out.compute_s) += o.time_s;
+    out.stage_s += o.exposed_s;
   }
   auto longest = std::max_element(out.ops.begin(), out.ops.end(),
                                   [](const Op& x, const Op& y) { return x.time_s < y.time_s; });
   out.dominant = longest->name;
-  double tokens = d(req.batch) * d(s);
-  out.tokens_per_s = tokens / out.time_s;
-  out.time_per_token_s = req.phase == Phase::decode ? out.time_s / d(s) : out.time_s;
-  Deployment deployment = resolve_deployment(m, par, req.weight_dtype);
-  WeightBytes weights =
-      weight_bytes(m, count_params(m), deployment.weight_dtype,
-                   {par.tp, deployment.attention_tp, par.pp, deployment.parallel.ep, false});
+
+  // Pipeline: a micro-batch crosses every stage, handing its hidden states on at each boundary;
+  // pp micro-batches are in flight. Decode waits for its own last stage before its next step;
+  // prefill streams, one micro-batch per stage time.
+  double transfer = 0;
+  if (par.pp > 1) {
+    double tokens = d(batch_gpu) * d(s);
+    bool crosses = req.rates.links.domain != 0 && out.gpus > req.rates.links.domain;
+    out.stage_transfer = send(req.rates.links, crosses,
+                              tokens * d(m.hidden_size) * d(dtype_storage_bytes(m.dtype, 1)) /
+                                  d(deployment.attention_tp));
+    transfer = req.communication ? out.stage_transfer->time_s : 0;
+  }
+  double pp = d(par.pp);
+  out.time_s = pp * out.stage_s + (pp - 1) * transfer;
+  out.tokens_per_step = req.phase == Phase::decode
+                            ? kept_per_step(req.draft_tokens, req.acceptance) * d(req.query)
+                            : d(s);
+  double in_flight = d(req.batch) * out.tokens_per_step;
+  out.tokens_per_s = req.phase == Phase::decode ? pp * in_flight / out.time_s
+                                                : in_flight / std::max(out.stage_s, transfer);
+  out.tokens_per_s_per_gpu = out.tokens_per_s / d(out.gpus);
+  out.time_per_token_s = req.phase == Phase::decode ? out.time_s / out.tokens_per_step : out.time_s;
+  WeightBytes weights = weight_bytes(m, count_params(m), deployment.weight_dtype,
+                                     weight_sharding(deployment, req.draft_tokens > 0));
   if (weights.per_gpu > req.gpu.memory_bytes) {
     out.notes.push_back(m.name + ": its weights (" + group_digits(weights.per_gpu) +
                         " B per GPU at tp " + std::to_string(par.tp) + ") do not fit in one " +
                         req.gpu.name + "; the step is computed all the same");
-  }
-  if (par.pp > 1) {
-    out.notes.push_back("pipeline parallel: one stage of " + std::to_string(out.layers) +
-                        " layers is modelled; a token crosses all " + std::to_string(par.pp) +
-                        " stages");
   }
   return out;
 }

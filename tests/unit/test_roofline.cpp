@@ -287,3 +287,168 @@ TEST_CASE("the roofline refuses the deployments capacity refuses", "[roofline][d
   v3.parallel.dcp = 2;
   CHECK_THROWS_WITH(compute_roofline(v3), Catch::Contains("does not model decode context"));
 }
+
+// DeepSeek-V3 on two H800 boards, attention data parallel over 16 GPUs, experts EP16: each GPU
+// runs its own 16 sequences, and receives 16 × 16 × 8 / 16 = 128 token-expert pairs per MoE
+// layer. Dispatch sends each of its 16 tokens to 8 experts in fp8 with a scale per 128
+// (7,168 + 4 × 56 = 7,392 B): 946,176 B, half of it to the other board over the 50 GB/s NIC.
+TEST_CASE("dp-attention with wide EP: each GPU its own tokens and its experts' pairs",
+          "[roofline][deployment]") {
+  auto req = request("deepseek-v3", "h800", 256, 4096);
+  req.parallel.tp = 16;
+  req.parallel.dp_attention = true;
+  req.parallel.ep = 16;
+  auto r = compute_roofline(req);
+  CHECK(r.batch_per_gpu == 16);
+  CHECK(find_op(r, "norms").flops == Approx(4.0 * 16 * 7168 * 2 * 61));
+  CHECK(find_op(r, "moe.experts").flops == Approx(2.0 * 128 * 7168 * 2048 * 3 * 58));
+  // Shared experts replicated, on the GPU's 16 tokens at full width.
+  CHECK(find_op(r, "moe.shared_experts").flops == Approx(2.0 * 16 * 7168 * 2048 * 3 * 58));
+  const Op& dispatch = find_op(r, "moe.dispatch");
+  REQUIRE(dispatch.collective);
+  CHECK(dispatch.collective->out_bytes == Approx(946176.0 / 2));
+  CHECK(dispatch.collective->time_s == Approx(2.7e-6 + 473088.0 / 50e9));
+  CHECK(dispatch.collectives == 58);
+  const Op& combine = find_op(r, "moe.combine");
+  CHECK(combine.collective->out_bytes == Approx(128.0 * 7168 * 2 / 2));
+  // No attention TP: no all-reduce.
+  for (const Op& o : r.ops) {
+    CHECK(o.name != "tp.all_reduce");
+  }
+  CHECK(r.tokens_per_s_per_gpu == Approx(r.tokens_per_s / 16));
+
+  // A busiest GPU with twice the mean's pairs computes and receives twice as much.
+  auto skewed = req;
+  skewed.expert_imbalance = 2;
+  auto s = compute_roofline(skewed);
+  CHECK(find_op(s, "moe.experts").flops == Approx(2 * find_op(r, "moe.experts").flops));
+  CHECK(find_op(s, "moe.dispatch").collective->out_bytes == Approx(946176.0));
+}
+
+// Without dp-attention the tp group holds every token: experts split over tp need no dispatch;
+// one all-reduce follows each of the 61 mixers, 3 dense MLPs and 58 MoE layers.
+TEST_CASE("tensor parallel experts: all-reduces, no all-to-all", "[roofline][deployment]") {
+  auto req = request("deepseek-v3", "h200", 64, 4096);
+  req.parallel.tp = 8;
+  auto r = compute_roofline(req);
+  const Op& reduce = find_op(r, "tp.all_reduce");
+  CHECK(reduce.collectives == 122);
+  // 64 tokens × 7,168 × 2 B = 917,504 B each: two-shot, 1.2 µs + 1.75 × 917,504 / 450 GB/s.
+  CHECK(reduce.collective->algorithm == "two-shot");
+  CHECK(reduce.collective->time_s == Approx(1.2e-6 + 1.75 * 917504 / 450e9));
+  for (const Op& o : r.ops) {
+    CHECK(o.name != "moe.dispatch");
+  }
+  // Experts over 16 ranks spanning two copies: each copy's tp group sends its tokens out, and
+  // each rank's 16 experts see both copies' tokens.
+  auto wide = req;
+  wide.parallel.gpus = 16;
+  wide.parallel.ep = 16;
+  auto w = compute_roofline(wide);
+  CHECK(find_op(w, "moe.experts").flops == Approx(2.0 * (2 * 64) * 8 / 16 * 7168 * 2048 * 3 * 58));
+  CHECK(find_op(w, "moe.dispatch").collectives == 58);
+  CHECK(find_op(w, "tp.all_reduce").collectives == 64);
+}
+
+TEST_CASE("redundant experts sit on every rank and count in its weights",
+          "[roofline][deployment]") {
+  const Model& v3 = *find_builtin_model("deepseek-v3");
+  kv::Parallelism p;
+  p.gpus = 144;
+  p.tp = 144;
+  p.dp_attention = true;
+  p.ep = 144;
+  p.redundant_experts = 32;
+  kv::Deployment d = kv::resolve_deployment(v3, p, std::nullopt);
+  CHECK(d.experts_per_rank == 2); // (256 + 32) / 144, DeepSeek's decode layout
+  p.gpus = 32;
+  p.tp = 32;
+  p.ep = 32;
+  CHECK(kv::resolve_deployment(v3, p, std::nullopt).experts_per_rank == 9); // its prefill layout
+  p.ep = 16; // below tp under dp-attention
+  CHECK_THROWS_WITH(kv::resolve_deployment(v3, p, std::nullopt), Catch::Contains("at least --tp"));
+  p.dp_attention = false;
+  p.ep = 5;
+  CHECK_THROWS_WITH(kv::resolve_deployment(v3, p, std::nullopt), Catch::Contains("must divide"));
+  p.ep = 1;
+  CHECK_THROWS_WITH(kv::resolve_deployment(v3, p, std::nullopt),
+                    Catch::Contains("--redundant-experts copies experts"));
+}
+
+TEST_CASE("two-batch overlap exposes the longer of compute and communication",
+          "[roofline][overlap]") {
+  auto req = request("deepseek-v3", "h800", 16 * 256, 4096);
+  req.parallel.tp = 16;
+  req.parallel.dp_attention = true;
+  req.parallel.ep = 16;
+  auto plain = compute_roofline(req);
+  CHECK(plain.stage_s == Approx(plain.compute_s + plain.communication_s));
+  req.overlap = Overlap::two_batch;
+  auto tbo = compute_roofline(req);
+  CHECK(tbo.stage_s == Approx(std::max(tbo.compute_s, tbo.communication_s)));
+  CHECK(tbo.stage_s < plain.stage_s);
+  // Each half reads the experts' weights again: compute costs more than in one batch.
+  CHECK(tbo.compute_s > plain.compute_s);
+  CHECK(find_op(tbo, "moe.experts").weight_bytes > find_op(plain, "moe.experts").weight_bytes);
+  // The simulator's path agrees.
+  StepCost cost(req);
+  StepLoad load;
+  cost.add(load, Phase::decode, 1, 4095, 16 * 256, 256);
+  CHECK(cost.time_s(load) == Approx(tbo.stage_s).epsilon(1e-12));
+  // At 64 sequences a GPU, reading each rank's 16 experts twice costs more than it hides.
+  req.batch = 16 * 64;
+  auto small = compute_roofline(req);
+  req.overlap = Overlap::none;
+  CHECK(small.stage_s > compute_roofline(req).stage_s);
+}
+
+// Llama-3.1-70B at tp 2, pp 2 on one H100 board: micro-batches of 64 cross 2 stages of 40
+// layers; each GPU hands on 64 × 8,192 × 2 B / 2 = 524,288 B over NVLink. A decode step of one
+// micro-batch is 2 stages + 1 transfer; 2 micro-batches are in flight.
+TEST_CASE("pipeline parallel: stages in series for latency, micro-batches in flight",
+          "[roofline][pipeline]") {
+  auto req = request("llama-3.1-70b", "h100-sxm", 64, 4096);
+  req.parallel.tp = 2;
+  req.parallel.pp = 2;
+  auto r = compute_roofline(req);
+  CHECK(r.layers == 40);
+  REQUIRE(r.stage_transfer);
+  double transfer = 0.6e-6 + 524288.0 / 450e9;
+  CHECK(r.stage_transfer->time_s == Approx(transfer));
+  CHECK(r.time_s == Approx(2 * r.stage_s + transfer));
+  CHECK(r.tokens_per_s == Approx(2 * 64 / r.time_s));
+  CHECK(r.time_per_token_s == Approx(r.time_s));
+  CHECK(r.gpus == 4);
+  // Prefill streams prompts through the stages: one micro-batch per stage time.
+  req.phase = Phase::prefill;
+  auto p = compute_roofline(req);
+  CHECK(p.tokens_per_s == Approx(64.0 * 4096 / p.stage_s));
+  CHECK(p.time_per_token_s == Approx(2 * p.stage_s + p.stage_transfer->time_s));
+}
+
+// MTP: one drafted token kept with chance 0.8 gives 1.8 tokens per step; two at 0.5 give
+// 1 + 0.5 + 0.25. The step verifies 1 + drafts tokens and pays each draft's pass of the module.
+TEST_CASE("MTP decoding: tokens per step, the verify query and the draft's cost",
+          "[roofline][mtp]") {
+  auto req = request("deepseek-v3", "h200", 32, 4096);
+  req.parallel.tp = 8;
+  req.draft_tokens = 1;
+  req.acceptance = 0.8;
+  auto r = compute_roofline(req);
+  CHECK(r.query == 2);
+  CHECK(r.tokens_per_step == Approx(1.8));
+  CHECK(r.time_per_token_s == Approx(r.time_s / 1.8));
+  CHECK(r.tokens_per_s == Approx(32 * 1.8 / r.time_s));
+  CHECK(find_op(r, "mtp.eh_proj").flops == Approx(2.0 * 32 * 2 * 7168 * 7168));
+  CHECK(find_op(r, "mtp.attention.core").kv_bytes > 0);
+  req.draft_tokens = 2;
+  req.acceptance = 0.5;
+  auto two = compute_roofline(req);
+  CHECK(two.tokens_per_step == Approx(1.75));
+  CHECK(find_op(two, "mtp.eh_proj").flops == Approx(2 * find_op(r, "mtp.eh_proj").flops));
+  auto llama = request("llama-3.1-8b", "h100-sxm", 1, 4096);
+  llama.draft_tokens = 1;
+  CHECK_THROWS_WITH(compute_roofline(llama), Catch::Contains("has none"));
+  req.acceptance = 1.5;
+  CHECK_THROWS_WITH(compute_roofline(req), Catch::Contains("--accept"));
+}

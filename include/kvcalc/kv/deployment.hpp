@@ -10,12 +10,13 @@
 namespace kvcalc::kv {
 
 struct Parallelism {
-  u64 gpus = 0;              ///< GPUs in the deployment; 0: tp × pp
-  u64 tp = 1;                ///< tensor parallel
-  u64 pp = 1;                ///< pipeline parallel
-  u64 ep = 0;                ///< expert shards; 0: experts split over tp
-  u64 dcp = 1;               ///< decode context parallel: MLA tokens sharded over dcp TP ranks
+  u64 gpus = 0; ///< GPUs in the deployment; 0: tp × pp
+  u64 tp = 1;   ///< tensor parallel
+  u64 pp = 1;   ///< pipeline parallel
+  u64 ep = 0;   ///< expert-parallel ranks; 0: tp with dp-attention, else 1 (experts split over tp)
+  u64 dcp = 1;  ///< decode context parallel: MLA tokens sharded over dcp TP ranks
   bool dp_attention = false; ///< attention data parallel over the tp ranks (own sequences each)
+  u64 redundant_experts = 0; ///< extra copies of hot experts over the ep ranks (EPLB)
 };
 
 /// A parallelism that holds for its model, and what follows from it.
@@ -24,12 +25,18 @@ struct Deployment {
   u64 replicas = 1;     ///< model copies: gpus / (tp × pp)
   u64 attention_tp = 1; ///< ranks the attention heads split over: 1 with dp-attention, else tp
   u64 kv_pools = 1;     ///< KV pools of the deployment: one per copy, tp per copy with dp-attention
+  u64 expert_tp = 1;    ///< ranks each expert's matrices split over: tp / ep when ep < tp
+  /// Tokens travel to their experts' GPUs and back (all-to-all dispatch and combine): with
+  /// dp-attention, or experts spread over more GPUs than a copy's tp.
+  bool expert_all_to_all = false;
+  /// Routed experts (redundant copies included) on the busiest expert-parallel rank.
+  u64 experts_per_rank = 0;
   DType weight_dtype{}; ///< the one asked for, else the checkpoint's, else the model dtype
 };
 
 /// Checks `p` against `m` (sizes of at least 1, whole copies, a dcp that divides tp on a model
-/// it applies to, at least one layer per pipeline stage, no more expert shards than GPUs) and
-/// resolves it; an InputError saying which flag to change otherwise.
+/// it applies to, at least one layer per pipeline stage, expert ranks that tile a stage's GPUs)
+/// and resolves it; an InputError saying which flag to change otherwise.
 [[nodiscard]] Deployment resolve_deployment(const model::Model& m, const Parallelism& p,
                                             std::optional<DType> weight_dtype);
 

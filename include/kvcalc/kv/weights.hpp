@@ -5,18 +5,26 @@
 #include <optional>
 
 #include <kvcalc/core/dtype.hpp>
+#include <kvcalc/kv/deployment.hpp>
 #include <kvcalc/model/params.hpp>
 
 namespace kvcalc::kv {
 
 /// How one copy of the model is split over GPUs.
 struct WeightSharding {
-  u64 tp = 1;           ///< tensor parallel: linear layers, embeddings and head
-  u64 attention_tp = 1; ///< attention's own TP (tp / attention data parallel)
-  u64 pp = 1;           ///< pipeline stages: layers split evenly
-  u64 ep = 1;           ///< expert shards (tp unless expert parallelism says otherwise)
-  bool mtp = false;     ///< load the multi-token-prediction module (speculative decoding)
+  /// Everything but the routed experts splits over this many GPUs: tp, or 1 under attention
+  /// data parallel, where each rank runs them on its own tokens.
+  u64 dense_tp = 1;
+  u64 pp = 1; ///< pipeline stages: layers split evenly
+  /// Routed experts (redundant copies included) on the busiest expert-parallel rank; 0: all of
+  /// them.
+  u64 experts_per_rank = 0;
+  u64 expert_tp = 1; ///< ranks each expert's matrices split over
+  bool mtp = false;  ///< load the multi-token-prediction module (speculative decoding)
 };
+
+/// The sharding a resolved deployment gives the weights.
+[[nodiscard]] WeightSharding weight_sharding(const Deployment& d, bool mtp);
 
 /// Bytes of every instance of `t` stored as `dtype`: 16/32-bit plain; fp8 with one fp32 scale
 /// per 128 × 128 block; int8 with an fp32 scale per output row; int4 with an fp16 scale per 128

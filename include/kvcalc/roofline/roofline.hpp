@@ -15,6 +15,7 @@
 #include <kvcalc/kv/cache_format.hpp>
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/model/model.hpp>
+#include <kvcalc/roofline/collective.hpp>
 
 namespace kvcalc::roofline {
 
@@ -36,6 +37,14 @@ enum class NaiveKv {
   materialized, ///< written to memory and read back by the attention kernel
 };
 
+/// Whether a step hides its communication behind compute.
+enum class Overlap {
+  none,      ///< ops run one after another
+  two_batch, ///< two micro-batches: one computes while the other communicates (DeepSeek, SGLang)
+};
+
+inline constexpr NameTable<Overlap, 2> k_overlaps{
+    "overlap", {{{Overlap::none, "none"}, {Overlap::two_batch, "two-batch"}}}};
 inline constexpr NameTable<Phase, 3> k_phases{
     "phase", {{{Phase::decode, "decode"}, {Phase::prefill, "prefill"}, {Phase::extend, "extend"}}}};
 inline constexpr NameTable<MlaMode, 3> k_mla_modes{
@@ -45,6 +54,7 @@ inline constexpr NameTable<NaiveKv, 2> k_naive_kv{
     "naive KV", {{{NaiveKv::fused, "fused"}, {NaiveKv::materialized, "materialized"}}}};
 
 [[nodiscard]] std::string_view phase_name(Phase p);
+[[nodiscard]] std::string_view overlap_name(Overlap o);
 [[nodiscard]] Phase parse_phase(std::string_view text);
 [[nodiscard]] std::string_view mla_mode_name(MlaMode m);
 [[nodiscard]] MlaMode parse_mla_mode(std::string_view text);
@@ -53,8 +63,8 @@ inline constexpr NameTable<NaiveKv, 2> k_naive_kv{
 struct DeviceRates {
   double bandwidth_bytes_per_s = 0;
   device::PeakFlops flops_per_s;
-  double link_bytes_per_s = 0; ///< one direction of the GPU-to-GPU link
-  std::string source;          ///< "datasheet", "datasheet x efficiency (bw 0.85, flops 0.7)", ...
+  Topology links;     ///< the scale-up link (one direction) and the NIC a collective crosses
+  std::string source; ///< "datasheet", "datasheet x efficiency (bw 0.85, flops 0.7)", ...
 };
 
 /// The datasheet ceilings of `gpu` scaled by efficiencies (1 = datasheet).
@@ -67,14 +77,19 @@ struct RooflineRequest {
   DeviceRates rates;
   kv::CacheRequest cache;
   std::optional<DType> weight_dtype; ///< nullopt: the checkpoint's
-  kv::Parallelism parallel;          ///< tp, pp, ep, dp_attention (gpus and dcp unused)
+  kv::Parallelism parallel;          ///< gpus, tp, pp, ep, dp_attention, redundant experts
   Phase phase = Phase::decode;
-  u64 batch = 1;      ///< sequences of one model copy
+  u64 batch = 1;      ///< sequences of one copy per step (one micro-batch under pp)
   u64 context = 4096; ///< decode: tokens in the cache; prefill: the prompt; extend: the prefix
-  u64 query = 1;      ///< decode: tokens per request per step (1; 2+ with MTP); extend: the chunk
+  u64 query = 1;      ///< decode: tokens per request per step; extend: the chunk
   MlaMode mla = MlaMode::automatic;
   NaiveKv naive_kv = NaiveKv::fused;
-  bool communication = true; ///< add TP all-reduce and EP all-to-all time
+  bool communication = true; ///< price the collectives
+  Overlap overlap = Overlap::none;
+  u64 draft_tokens = 0;        ///< MTP: tokens the model's MTP module drafts per decode step
+  double acceptance = 1;       ///< MTP: each drafted token's chance to be kept, given the last was
+  double expert_imbalance = 1; ///< token-expert pairs on the busiest GPU over the mean (≥ 1)
+  std::optional<DType> dispatch_dtype; ///< of the expert dispatch; nullopt: fp8 for fp8 experts
 };
 
 struct Op {
@@ -91,16 +106,24 @@ struct Op {
   bool compute_bound = false;
   bool communication = false; ///< a collective over the interconnect
   double time_s = 0;
-  std::string variant; ///< "absorbed" / "naive" for MLA attention ops, else ""
+  double exposed_s = 0; ///< of time_s, on the critical path (overlap hides the rest)
+  std::string variant;  ///< "absorbed" / "naive" for MLA attention ops, else ""
+  std::optional<Collective> collective; ///< communication: one of them, as priced
+  double collectives = 0;               ///< communication: how many run in the step
 };
 
 struct RooflineResult {
-  std::vector<Op> ops;
+  std::vector<Op> ops; ///< one stage's, MTP drafts included
   double flops = 0;
   double bytes = 0;
-  double time_s = 0;
-  double tokens_per_s = 0;         ///< tokens processed per second (B·s, or B·prompt)
+  double compute_s = 0;       ///< Σ of the ops that compute or move memory
+  double communication_s = 0; ///< Σ of the collectives
+  double stage_s = 0;         ///< one stage, one micro-batch: Σ exposed (= time_s when pp = 1)
+  double time_s = 0;          ///< one step of a micro-batch through every stage
+  double tokens_per_s = 0;    ///< tokens per second of one copy (decode: accepted tokens)
+  double tokens_per_s_per_gpu = 0;
   double time_per_token_s = 0;     ///< decode: per generated token of one request; prefill: TTFT
+  double tokens_per_step = 0;      ///< decode: tokens a request keeps per step (MTP: 1 + a + …)
   std::string dominant;            ///< the op that takes the longest
   MlaMode mla = MlaMode::absorbed; ///< the mode used (MLA models)
   u64 query = 0;                   ///< s
@@ -109,6 +132,9 @@ struct RooflineResult {
   u64 layers = 0;                  ///< on this GPU
   double heads = 0;                ///< query heads on this GPU
   u64 batch_per_gpu = 0;           ///< sequences whose attention this GPU runs
+  u64 gpus = 0;                    ///< of one copy: tp × pp
+  u64 micro_batches = 1;           ///< in flight: pp
+  std::optional<Collective> stage_transfer; ///< pp: activations from one stage to the next
   std::string rates_source;
   std::vector<std::string> notes;
 };
@@ -154,8 +180,10 @@ struct StepLoad {
 class StepCost {
 public:
   /// Uses the request's model, GPU rates, cache, weight dtype, parallelism, MLA mode, naive-KV
-  /// layout and communication switch; batch, context, query and phase are the load's.
-  explicit StepCost(const RooflineRequest& request);
+  /// layout, communication switch, overlap, expert imbalance and dispatch dtype; batch,
+  /// context, query and phase are the load's. `draft`: the request's model is an MTP module,
+  /// whose own projection of [embedding; hidden] is priced too and whose ops are named mtp.*.
+  explicit StepCost(const RooflineRequest& request, bool draft = false);
 
   /// Adds `copies` sequences with s new tokens over a cached prefix of `prefix` tokens
   /// (decode: t_eff = t = prefix + s; prefill/extend: t_eff = prefix + s/2), of which
@@ -163,9 +191,11 @@ public:
   void add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies,
            double attention_copies) const;
 
-  /// Seconds of the step on one GPU: Σ over ops of max(FLOPs / peak, bytes / bandwidth).
+  /// Seconds of the step on one GPU: Σ over ops of max(FLOPs / peak, bytes / bandwidth) plus
+  /// the collectives; with two-batch overlap, two half steps with the longer of compute and
+  /// communication exposed.
   [[nodiscard]] double time_s(const StepLoad& load) const;
-  /// Every op of the step, as compute_roofline reports them.
+  /// Every op of the step, as compute_roofline reports them (exposed_s set).
   [[nodiscard]] std::vector<Op> ops(const StepLoad& load) const;
 
   /// Fraction of the copy's sequences whose attention one GPU runs (1/tp with dp-attention).
@@ -200,6 +230,7 @@ private:
   };
 
   RooflineRequest m_req;
+  bool m_draft = false;
   bool m_mla = false;
   u64 m_stage = 0;     ///< layers on this GPU
   double m_mixers = 0; ///< layers with a token mixer (attention or state) on this GPU
@@ -222,9 +253,18 @@ private:
   double m_state_params = 0; ///< their parameters (2 FLOP each per token)
   double m_w_other = 0;      ///< weights kvcalc does not place (a params override), this GPU
   double m_other_params = 0;
-  double m_w = 0;  ///< activation bytes per element
-  double m_ep = 1; ///< expert shards
+  double m_w = 0; ///< activation bytes per element
   double m_attention_share = 1;
+  double m_attention_tp = 1; ///< GPUs one attention group splits over (dense parts too)
+  double m_tp = 1;
+  double m_ep = 1;             ///< expert-parallel ranks
+  double m_expert_tp = 1;      ///< GPUs each expert splits over
+  double m_experts_local = 0;  ///< routed experts (redundant ones included) on this GPU
+  double m_expert_copies = 1;  ///< copies whose tokens one expert group serves
+  bool m_all_to_all = false;   ///< tokens travel to their experts' GPUs
+  double m_dispatch_bytes = 0; ///< one token's hidden state as dispatched
+  DType m_dispatch_dtype = DType::bf16;
+  u64 m_domain_copy = 0;             ///< GPUs of one copy, tp × pp
   DType m_attn_math = DType::bf16;   ///< dtype of the attention and dense matmuls
   DType m_expert_math = DType::bf16; ///< dtype of the expert matmuls
   DType m_absorb_math = DType::bf16; ///< dtype of W_UK / W_UV

@@ -1,0 +1,53 @@
+#pragma once
+/// Collectives on an α–β model over the links they cross: the scale-up interconnect inside a
+/// domain (an HGX board, an NVL72 rack) and each GPU's NIC beyond it (docs/formulas.md,
+/// "Collectives"). Pure functions of the topology, the group and the bytes.
+
+#include <string>
+
+#include <kvcalc/core/checked.hpp>
+
+namespace kvcalc::roofline {
+
+/// The links one GPU talks over, with their one-direction rates and per-message latencies.
+struct Topology {
+  std::string gpu;            ///< named in errors
+  u64 domain = 0;             ///< GPUs the scale-up link joins; 0: every GPU (not stated)
+  double up_bytes_per_s = 0;  ///< scale-up link, one direction
+  double up_latency_s = 0;    ///< α of one step over it
+  double out_bytes_per_s = 0; ///< NIC, one direction; 0: none
+  double out_latency_s = 0;   ///< α of one step over it
+};
+
+/// What one collective costs one GPU.
+struct Collective {
+  std::string algorithm; ///< "one-shot", "two-shot", "hierarchical", "direct", ...
+  u64 group = 1;         ///< GPUs taking part
+  u64 domains = 1;       ///< scale-up domains they span
+  double up_bytes = 0;   ///< this GPU sends over the scale-up link
+  double out_bytes = 0;  ///< this GPU sends over its NIC
+  double latency_s = 0;  ///< Σ α of its steps
+  double time_s = 0;     ///< latency + the slower link's bytes / rate
+  /// "nvlink"-style name of the links crossed: "scale-up", "scale-out" or "scale-up+out".
+  [[nodiscard]] std::string link() const;
+};
+
+/// GPUs of a group of `group` that share one domain, with groups packed into domains: the
+/// group itself when it fits, else the largest count that divides both.
+[[nodiscard]] u64 group_in_domain(const Topology& t, u64 group);
+
+/// All-reduce of a `bytes` buffer held by each of `group` GPUs. Inside a domain, the faster of
+/// one-shot (α + (g−1)·B/β) and two-shot (2α + 2(g−1)/g·B/β); across domains, reduce-scatter
+/// inside each, all-reduce of 1/L of the buffer across the N domains over the NICs, all-gather
+/// inside. An InputError when the group leaves its domain and the GPU has no NIC.
+[[nodiscard]] Collective all_reduce(const Topology& t, u64 group, double bytes);
+
+/// All-to-all in which each of `group` GPUs sends `bytes` in all, spread evenly over every member
+/// (itself included, which costs nothing): α + max(scale-up bytes / β_up, NIC bytes / β_out),
+/// the two links working at once.
+[[nodiscard]] Collective all_to_all(const Topology& t, u64 group, double bytes);
+
+/// `bytes` from one GPU to another, over the NIC when `crosses_domain`.
+[[nodiscard]] Collective send(const Topology& t, bool crosses_domain, double bytes);
+
+} // namespace kvcalc::roofline
