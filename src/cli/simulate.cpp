@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <variant>
 
 #include <kvcalc/core/error.hpp>
 #include <kvcalc/core/file.hpp>
@@ -44,8 +45,12 @@ struct SimulateArgs {
   MlaMode mla = MlaMode::automatic;
   std::string efficiency;
   std::string device_profile;
-  std::string timeline; ///< per-step CSV file
-  std::string plot;     ///< SVG file
+  std::string timeline;     ///< per-step CSV file
+  std::string plot;         ///< SVG file
+  std::string prefill_pool; ///< disaggregated: the prefill pool's deployment, NxG[:tpT][:epE]...
+  std::string decode_pool;  ///< and the decode pool's
+  Overlap overlap = Overlap::none;
+  std::string imbalance = "1";
   std::optional<u64> block_size;
   CacheRequest cache;
   ParallelOptions parallel = ParallelOptions::on({"h100-sxm"});
@@ -137,8 +142,18 @@ Cell latency_cell(const LatencySummary& s, double v) {
   return s.count > 0 ? Cell::seconds(v) : Cell::empty();
 }
 
+/// A disaggregated scenario's pools, their runs and the transfers between them.
+struct Pools {
+  SimConfig prefill;
+  SimResult prefill_run;
+  SimResult decode_run;
+  KvTransfer transfer;
+  LatencySummary transfers;
+};
+
 struct Scenario {
-  SimConfig config;
+  SimConfig config; ///< the instance; disaggregated: the decode pool
+  std::optional<Pools> pools;
   std::string model;
   std::string gpu;
   Engine engine = Engine::plain;
@@ -192,6 +207,66 @@ bool looks_like_length(const std::string& text) {
          std::isdigit(static_cast<unsigned char>(text.front())) != 0;
 }
 
+/// A pool of a disaggregated deployment: "NODESxGPUS" (or a GPU count), then ":tpT", ":ppP",
+/// ":epE" and ":dp" (attention data parallel) in any order. Without tp the pool is one instance
+/// over all its GPUs, attention data parallel when its experts are spread (ep above 1).
+ParallelOptions pool_options(const std::string& spec, const std::string& flag,
+                             const ParallelOptions& base) {
+  ParallelOptions p = base;
+  auto bad = [&](const std::string& why) -> InputError {
+    return InputError(flag + " '" + spec + "': " + why +
+                      "; write NODESxGPUS[:tpT][:ppP][:epE][:dp], e.g. 4x8:ep32");
+  };
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    std::size_t colon = spec.find(':', start);
+    parts.push_back(spec.substr(start, colon - start));
+    if (colon == std::string::npos) {
+      break;
+    }
+    start = colon + 1;
+  }
+  const std::string& size = parts.front();
+  std::size_t x = size.find_first_of("xX");
+  u64 gpus = 0;
+  if (x == std::string::npos) {
+    gpus = parse_count(size, flag);
+  } else {
+    gpus = checked_mul(parse_count(size.substr(0, x), flag), parse_count(size.substr(x + 1), flag),
+                       flag);
+  }
+  if (gpus == 0) {
+    throw bad("a pool needs at least one GPU");
+  }
+  std::optional<u64> tp;
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::string& part = parts[i];
+    if (part == "dp") {
+      p.dp_attention = true;
+    } else if (part.starts_with("tp")) {
+      tp = parse_count(part.substr(2), flag + " tp");
+    } else if (part.starts_with("pp")) {
+      p.pp = parse_count(part.substr(2), flag + " pp");
+    } else if (part.starts_with("ep")) {
+      p.ep = parse_count(part.substr(2), flag + " ep");
+    } else {
+      throw bad("unknown part '" + part + "'");
+    }
+  }
+  if (p.pp == 0 || gpus % p.pp != 0) {
+    throw bad("pp must divide the pool's " + group_digits(gpus) + " GPUs");
+  }
+  p.gpu_count = gpus;
+  p.nodes.reset();
+  p.tps = {tp.value_or(gpus / p.pp)};
+  p.tp_given = true;
+  if (!tp && p.ep > 1) {
+    p.dp_attention = true;
+  }
+  return p;
+}
+
 /// The command line read and checked: all that a run needs before a model is loaded.
 struct SimulateInputs {
   bool trace = false;
@@ -201,6 +276,9 @@ struct SimulateInputs {
   std::optional<DeviceProfile> profile;
   double swap_bandwidth = 0; ///< bytes per second
   ParallelOptions deployment;
+  std::optional<ParallelOptions> prefill_pool; ///< disaggregated serving
+  std::optional<ParallelOptions> decode_pool;
+  double imbalance = 1;
 };
 
 SimulateInputs read_inputs(const SimulateArgs& args) {
@@ -264,6 +342,24 @@ SimulateInputs read_inputs(const SimulateArgs& args) {
     }
     in.deployment.tps = {gpus / in.deployment.pp};
   }
+  in.imbalance = parse_fraction(args.imbalance, "--expert-imbalance", 1.0, 64.0);
+  if (args.prefill_pool.empty() != args.decode_pool.empty()) {
+    throw InputError("disaggregated serving takes both pools: --prefill and --decode");
+  }
+  if (!args.prefill_pool.empty()) {
+    const ParallelOptions& p = args.parallel;
+    if (p.tp_given || p.gpu_count || p.nodes || p.pp != 1 || p.ep != 0 || p.dp_attention ||
+        p.dcp != 1) {
+      throw InputError("--prefill and --decode give each pool its deployment; drop --gpus, "
+                       "--nodes, --tp, --pp, --ep, --dcp and --dp-attention");
+    }
+    if (!args.timeline.empty() || !args.plot.empty()) {
+      throw InputError("--timeline and --plot draw one instance's steps; not with --prefill "
+                       "and --decode");
+    }
+    in.prefill_pool = pool_options(args.prefill_pool, "--prefill", p);
+    in.decode_pool = pool_options(args.decode_pool, "--decode", p);
+  }
   return in;
 }
 
@@ -322,21 +418,116 @@ private:
   std::optional<std::ofstream> m_file;
 };
 
-/// One run of `s`'s instance on the trace or on the synthetic workload at `s.rate`.
-SimResult simulate_scenario(const Scenario& s, const SimulateArgs& args, const SimulateInputs& in,
-                            TimelineFile& timeline) {
+/// The instance `request` sizes, or why it does not fit.
+std::variant<SimConfig, std::string> instance_of(const CapacityRequest& request,
+                                                 const SimulateArgs& args, const SimulateInputs& in,
+                                                 CapacityResult& capacity,
+                                                 std::vector<std::string>& warnings) {
+  capacity = compute_capacity(request);
+  if (!capacity.fits) {
+    return request.model.name + " does not fit on " + group_digits(capacity.parallel.gpus) + " × " +
+           capacity.gpu + " (tp " + group_digits(capacity.parallel.tp) + "): " + capacity.reason +
+           fit_hint(request);
+  }
+  DeviceRates device =
+      in.profile ? device_rates(request.gpu, *in.profile)
+                 : device_rates(request.gpu, in.efficiency.bandwidth, in.efficiency.flops);
+  SimConfig c = instance_config(request, capacity, device, args.mla);
+  c.preemption = args.preemption;
+  c.swap_bytes_per_s = in.swap_bandwidth;
+  c.prefix_sharing = !args.no_prefix_sharing;
+  c.step.overlap = args.overlap;
+  c.step.expert_imbalance = in.imbalance;
+  for (const auto& note : capacity.notes) {
+    warnings.push_back(request.model.name + " on " + capacity.gpu + ": " + note);
+  }
+  return c;
+}
+
+/// The requests of one run: the trace, or the synthetic workload at `rate`.
+std::unique_ptr<RequestSource> open_source(const SimulateArgs& args, const SimulateInputs& in,
+                                           std::optional<double> rate,
+                                           std::unique_ptr<std::ifstream>& file) {
   if (in.trace) {
-    std::ifstream file(args.trace, std::ios::binary);
-    if (!file) {
+    file = std::make_unique<std::ifstream>(args.trace, std::ios::binary);
+    if (!*file) {
       throw InputError("cannot open '" + args.trace + "': no such file, or it is not readable");
     }
-    TraceReader reader(file, args.trace);
-    return simulate(s.config, reader, timeline.rows_of(s));
+    return std::make_unique<TraceReader>(*file, args.trace);
   }
   Workload w = in.workload;
-  w.rate = s.rate.value_or(in.workload.rate);
-  SyntheticSource source(w);
-  return simulate(s.config, source, timeline.rows_of(s));
+  w.rate = rate.value_or(in.workload.rate);
+  return std::make_unique<SyntheticSource>(w);
+}
+
+void warn_rejected(const Scenario& s, std::vector<std::string>& warnings) {
+  if (s.result.requests_rejected > 0) {
+    warnings.push_back(s.model + ": " + group_digits(s.result.requests_rejected) +
+                       " requests rejected (" + group_digits(s.result.rejected_pool) +
+                       " larger than one sequence's share of the KV pool, " +
+                       group_digits(s.result.rejected_context) + " longer than max_context)");
+  }
+}
+
+/// Disaggregated serving: each model on each GPU with a prefill and a decode pool of its own.
+std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& in,
+                                const std::vector<Model>& models,
+                                std::vector<std::string>& warnings) {
+  std::vector<Gpu> devices =
+      deployment_devices(*in.decode_pool, in.profile, GpuCatalog(in.deployment.gpu_file),
+                         "add a --device-profile that kvcalc measure wrote", warnings);
+  auto prefills = capacity_requests(models, args.cache, *in.prefill_pool, args.engine,
+                                    args.block_size, devices, {}, std::nullopt);
+  auto decodes = capacity_requests(models, args.cache, *in.decode_pool, args.engine,
+                                   args.block_size, devices, {}, std::nullopt);
+  std::vector<Scenario> scenarios;
+  for (std::size_t i = 0; i < prefills.size(); ++i) {
+    Scenario base;
+    base.model = prefills[i].model.name;
+    base.gpu = prefills[i].gpu.name;
+    CapacityResult pc;
+    CapacityResult dc;
+    auto prefill = instance_of(prefills[i], args, in, pc, warnings);
+    auto decode = instance_of(decodes[i], args, in, dc, warnings);
+    base.engine = dc.engine;
+    base.config.step.parallel = dc.parallel;
+    if (auto* why = std::get_if<std::string>(&prefill)) {
+      base.unfit = "prefill pool: " + *why;
+    } else if (auto* why_d = std::get_if<std::string>(&decode)) {
+      base.unfit = "decode pool: " + *why_d;
+    }
+    if (!base.unfit.empty()) {
+      scenarios.push_back(std::move(base));
+      continue;
+    }
+    base.config = std::get<SimConfig>(decode);
+    Pools pools;
+    pools.prefill = std::get<SimConfig>(prefill);
+    const Topology& links = pools.prefill.step.rates.links;
+    pools.transfer.bytes_per_token = static_cast<double>(pc.kv_bytes_per_token_per_gpu);
+    pools.transfer.bytes_per_sequence = static_cast<double>(state_bytes(pc.cache_groups));
+    pools.transfer.bytes_per_s = links.out_bytes_per_s;
+    pools.transfer.latency_s = links.out_latency_s;
+    base.pools = pools;
+    for (const auto& rate : in.rates) {
+      Scenario s = base;
+      s.rate = rate;
+      s.label = s.model + " P " + group_digits(pc.parallel.gpus) + " / D " +
+                group_digits(dc.parallel.gpus) +
+                (rate && in.rates.size() > 1 ? fmt::format(" @ {:g}/s", *rate) : "");
+      std::unique_ptr<std::ifstream> file;
+      auto source = open_source(args, in, rate, file);
+      DisaggregatedResult run =
+          simulate_disaggregated(s.pools->prefill, s.config, s.pools->transfer, *source);
+      s.result = run.requests;
+      s.pools->prefill_run = std::move(run.prefill);
+      s.pools->decode_run = std::move(run.decode);
+      s.pools->transfers = run.transfer;
+      warn_rejected(s, warnings);
+      scenarios.push_back(std::move(s));
+    }
+  }
+  return scenarios;
 }
 
 /// Every model on every GPU and tp of the deployment, at every rate: simulated where it fits,
@@ -344,6 +535,9 @@ SimResult simulate_scenario(const Scenario& s, const SimulateArgs& args, const S
 std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInputs& in,
                                     const std::vector<Model>& models, TimelineFile& timeline,
                                     std::vector<std::string>& warnings) {
+  if (in.prefill_pool) {
+    return run_pools(args, in, models, warnings);
+  }
   std::vector<Scenario> scenarios;
   const ParallelOptions& deployment = in.deployment;
   std::vector<Gpu> devices =
@@ -351,29 +545,19 @@ std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInpu
                          "add a --device-profile that kvcalc measure wrote", warnings);
   for (const auto& request : capacity_requests(models, args.cache, deployment, args.engine,
                                                args.block_size, devices, {}, std::nullopt)) {
-    CapacityResult capacity = compute_capacity(request);
+    CapacityResult capacity;
+    auto instance = instance_of(request, args, in, capacity, warnings);
     Scenario base;
     base.config.step.parallel = capacity.parallel;
     base.model = request.model.name;
     base.gpu = capacity.gpu;
     base.engine = capacity.engine;
-    if (!capacity.fits) {
-      base.unfit = request.model.name + " does not fit on " + group_digits(capacity.parallel.gpus) +
-                   " × " + capacity.gpu + " (tp " + group_digits(capacity.parallel.tp) +
-                   "): " + capacity.reason + fit_hint(request);
+    if (auto* why = std::get_if<std::string>(&instance)) {
+      base.unfit = *why;
       scenarios.push_back(std::move(base));
       continue;
     }
-    DeviceRates device =
-        in.profile ? device_rates(request.gpu, *in.profile)
-                   : device_rates(request.gpu, in.efficiency.bandwidth, in.efficiency.flops);
-    base.config = instance_config(request, capacity, device, args.mla);
-    base.config.preemption = args.preemption;
-    base.config.swap_bytes_per_s = in.swap_bandwidth;
-    base.config.prefix_sharing = !args.no_prefix_sharing;
-    for (const auto& note : capacity.notes) {
-      warnings.push_back(request.model.name + " on " + capacity.gpu + ": " + note);
-    }
+    base.config = std::get<SimConfig>(instance);
     for (const auto& rate : in.rates) {
       Scenario s = base;
       s.rate = rate;
@@ -382,13 +566,10 @@ std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInpu
                      ? " " + s.gpu + " tp " + std::to_string(capacity.parallel.tp)
                      : "") +
                 (rate && in.rates.size() > 1 ? fmt::format(" @ {:g}/s", *rate) : "");
-      s.result = simulate_scenario(s, args, in, timeline);
-      if (s.result.requests_rejected > 0) {
-        warnings.push_back(s.model + ": " + group_digits(s.result.requests_rejected) +
-                           " requests rejected (" + group_digits(s.result.rejected_pool) +
-                           " larger than one sequence's share of the KV pool, " +
-                           group_digits(s.result.rejected_context) + " longer than max_context)");
-      }
+      std::unique_ptr<std::ifstream> file;
+      auto source = open_source(args, in, rate, file);
+      s.result = simulate(s.config, *source, timeline.rows_of(s));
+      warn_rejected(s, warnings);
       scenarios.push_back(std::move(s));
     }
   }
@@ -519,6 +700,32 @@ Record describe_scenario(const Scenario& s, bool trace) {
   concurrency.value("peak", "peak seqs", Cell::count(x.peak_running));
   concurrency.value("mean", Cell::number(x.mean_running));
   r.value("mean_step_tokens", Cell::number(x.mean_step_tokens));
+  if (s.pools) {
+    Record& d = r.object("disaggregated");
+    auto describe_pool = [&](const char* key, const SimConfig& pc, const SimResult& run) {
+      Record& p = d.object(key);
+      p.value("gpus", Cell::count(pc.step.parallel.gpus));
+      p.value("tp", Cell::count(pc.step.parallel.tp));
+      p.value("pp", Cell::count(pc.step.parallel.pp));
+      p.value("ep", Cell::count(pc.step.parallel.ep));
+      p.value("dp_attention", Cell::flag(pc.step.parallel.dp_attention));
+      p.value("kv_pool_blocks", Cell::count(pc.pool_blocks));
+      p.value("block_size", Cell::count(pc.block_size));
+      p.value("max_seqs", Cell::count(pc.max_seqs));
+      p.value("steps", Cell::count(run.steps));
+      p.value("busy_s", Cell::seconds(run.busy_s));
+      p.value("preemptions", Cell::count(run.preemptions));
+      p.value("kv_occupancy_peak", Cell::share(run.kv_peak));
+      p.value("kv_occupancy_mean", Cell::share(run.kv_mean));
+      p.value("peak_running", Cell::count(run.peak_running));
+      describe_latency(p.object("queue_s"), "queueing", run.queue);
+    };
+    describe_pool("prefill", s.pools->prefill, s.pools->prefill_run);
+    describe_pool("decode", s.config, s.pools->decode_run);
+    describe_latency(d.object("kv_transfer_s"), "KV transfer", s.pools->transfers);
+  } else {
+    r.value("disaggregated", Cell::empty(), k_json_only);
+  }
   return r;
 }
 
@@ -573,8 +780,10 @@ Table latency_table(const Scenario& s, const Record& described) {
   Table d = table_of({&described.records("ttft_s").front(), &described.records("tpot_s").front(),
                       &described.records("e2e_s").front(), &described.records("queue_s").front()},
                      {{"metric"}, {"mean"}, {"p50"}, {"p90"}, {"p99"}, {"max"}});
-  d.title =
-      s.model + " on " + group_digits(s.config.step.parallel.gpus) + " × " + s.gpu + ": latency";
+  d.title = s.model + " on " +
+            (s.pools ? group_digits(s.pools->prefill.step.parallel.gpus) + " + " : "") +
+            group_digits(s.config.step.parallel.gpus) + " × " + s.gpu +
+            (s.pools ? " (prefill + decode pools): latency from arrival" : ": latency");
   const SimConfig& c = s.config;
   const SimResult& x = s.result;
   std::string pool =
@@ -630,6 +839,21 @@ void render_simulation(Rendered& r, const SimulateArgs& args, const SimulateInpu
   for (const Scenario& s : scenarios) {
     if (!s.unfit.empty()) {
       t.notes.push_back(s.unfit);
+    }
+    if (s.pools) {
+      auto pool = [](const char* name, const SimConfig& c, const SimResult& run) {
+        const Parallelism& p = c.step.parallel;
+        return fmt::format("{} pool {} GPUs (tp {}, pp {}, ep {}{}): {} KV blocks, busy {:.3g} s, "
+                           "KV peak {:.1f}%, queue p99 {:.4g} s",
+                           name, p.gpus, p.tp, p.pp, p.ep, p.dp_attention ? ", dp-attention" : "",
+                           group_digits(c.pool_blocks), run.busy_s, run.kv_peak * 100,
+                           run.queue.p99);
+      };
+      t.notes.push_back(s.label + ": " + pool("prefill", s.pools->prefill, s.pools->prefill_run) +
+                        "; " + pool("decode", s.config, s.pools->decode_run) +
+                        fmt::format("; KV transfer p50 {:.4g} s, p99 {:.4g} s; TTFT counts "
+                                    "prefill, transfer and the wait for a decode slot",
+                                    s.pools->transfers.p50, s.pools->transfers.p99));
     }
   }
   t.notes.push_back(workload_note(args, in));
@@ -753,6 +977,25 @@ Command setup_simulate(CLI::App& app) {
       ->group(k_group_workload);
   add_cache_options(cmd, args->cache);
   add_parallel_options(cmd, args->parallel, ParallelScope::deployment, true);
+  cmd->add_option("--prefill", args->prefill_pool,
+                  "Disaggregated serving: the prefill pool, NODESxGPUS[:tpT][:ppP][:epE][:dp] "
+                  "(without tp one instance over its GPUs, attention data parallel when ep > 1); "
+                  "needs --decode")
+      ->type_name("SPEC")
+      ->group(k_group_deployment);
+  cmd->add_option("--decode", args->decode_pool,
+                  "Disaggregated serving: the decode pool, as --prefill; requests' caches cross "
+                  "the NICs to it")
+      ->type_name("SPEC")
+      ->group(k_group_deployment);
+  add_choice(cmd, "--overlap", args->overlap, k_overlaps,
+             "Price each step with two-batch overlap (see roofline --overlap)")
+      ->group(k_group_deployment);
+  cmd->add_option("--expert-imbalance", args->imbalance,
+                  "Token-expert pairs on the busiest GPU over the mean, from 1 to 64 "
+                  "[default: 1]")
+      ->type_name("F")
+      ->group(k_group_deployment);
   cmd->get_option("--tp")->description(
       "Tensor parallel size; a comma-separated list sweeps [default: --gpus / --pp, else 1]");
   add_engine_options(cmd, args->engine);

@@ -160,9 +160,10 @@ private:
   double m_communication = 0;
 };
 
-/// A load with every sum scaled by `f` (half of it for each micro-batch of two).
-StepLoad scaled(const StepLoad& load, double f) {
-  StepLoad out = load;
+} // namespace
+
+StepLoad StepLoad::scaled(double f) const {
+  StepLoad out = *this;
   auto scale = [f](AttentionSums& x) {
     x.query *= f;
     x.attended *= f;
@@ -180,6 +181,8 @@ StepLoad scaled(const StepLoad& load, double f) {
   scale(out.indexer);
   return out;
 }
+
+namespace {
 
 /// An op `times` over: FLOPs, bytes and time.
 void repeat(Op& o, double times) {
@@ -647,7 +650,7 @@ double StepCost::time_s(const StepLoad& load) const {
     build(load, sink);
     return sink.compute() + sink.communication();
   }
-  build(scaled(load, 0.5), sink);
+  build(load.scaled(0.5), sink);
   return 2 * std::max(sink.compute(), sink.communication());
 }
 
@@ -655,7 +658,7 @@ std::vector<Op> StepCost::ops(const StepLoad& load) const {
   std::vector<Op> out;
   OpSink sink(m_req, out, m_draft ? "mtp." : "");
   bool halves = m_req.overlap == Overlap::two_batch;
-  build(halves ? scaled(load, 0.5) : load, sink);
+  build(halves ? load.scaled(0.5) : load, sink);
   for (Op& o : out) {
     repeat(o, halves ? 2 : 1);
   }
@@ -694,6 +697,24 @@ double kept_per_step(u64 drafts, double a) {
 }
 
 } // namespace
+
+Collective StepCost::stage_transfer(const StepLoad& load) const {
+  const Topology& links = m_req.rates.links;
+  bool crosses = links.domain != 0 && m_domain_copy > links.domain;
+  double w = d(dtype_storage_bytes(m_req.model.dtype, 1));
+  return send(links, crosses,
+              load.attention_tokens * d(m_req.model.hidden_size) * w / m_attention_tp);
+}
+
+double StepCost::pipeline_time_s(const StepLoad& load) const {
+  u64 pp = m_req.parallel.pp;
+  if (pp <= 1) {
+    return time_s(load);
+  }
+  StepLoad micro = load.scaled(1.0 / d(pp));
+  double transfer = m_req.communication ? stage_transfer(micro).time_s : 0;
+  return d(pp) * time_s(micro) + d(pp - 1) * transfer;
+}
 
 RooflineResult compute_roofline(const RooflineRequest& req) {
   const Model& m = req.model;
@@ -786,11 +807,7 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   // prefill streams, one micro-batch per stage time.
   double transfer = 0;
   if (par.pp > 1) {
-    double tokens = d(batch_gpu) * d(s);
-    bool crosses = req.rates.links.domain != 0 && out.gpus > req.rates.links.domain;
-    out.stage_transfer = send(req.rates.links, crosses,
-                              tokens * d(m.hidden_size) * d(dtype_storage_bytes(m.dtype, 1)) /
-                                  d(deployment.attention_tp));
+    out.stage_transfer = cost.stage_transfer(load);
     transfer = req.communication ? out.stage_transfer->time_s : 0;
   }
   double pp = d(par.pp);

@@ -119,10 +119,10 @@ struct PrefixEntry {
 class Instance {
 public:
   Instance(const SimConfig& config, RequestSource& source,
-           const std::function<void(const StepRecord&)>& on_step)
+           const std::function<void(const StepRecord&)>& on_step, const OnComplete& on_complete)
       : m_c(config), m_cost(config.step), m_source(source), m_on_step(on_step),
-        m_pools(config.pools), m_limits(config.pool_limits),
-        m_stages(static_cast<double>(config.step.parallel.pp)) {
+        m_on_complete(on_complete), m_pools(config.pools), m_limits(config.pool_limits),
+        m_stages(config.step.parallel.pp) {
     if (m_pools.empty()) {
       // One pool of whole blocks, every layer holding every token.
       m_pools.push_back(
@@ -204,10 +204,42 @@ private:
         ++m_r.rejected_pool;
         continue;
       }
+      if (r.prefilled && r.output_tokens == 1) {
+        // Its one token came with the cache: done on arrival.
+        Seq s;
+        s.req = r;
+        s.first_token_s = r.arrival_s;
+        ++m_r.requests_completed;
+        m_r.input_tokens += r.prompt_tokens;
+        m_r.output_tokens += 1;
+        m_ttft.add(r.arrival_s - r.origin_s);
+        m_e2e.add(r.arrival_s - r.origin_s);
+        if (m_on_complete) {
+          m_on_complete(r, r.arrival_s, r.arrival_s);
+        }
+        continue;
+      }
       Seq s;
       s.req = r;
       m_waiting.push_back(s);
     }
+  }
+
+  /// A prefilled request admitted now: its prompt's cache and its first token are in place.
+  static void take_prefilled(Seq& s, double now) {
+    s.computed = s.req.prompt_tokens;
+    s.high = s.computed;
+    s.generated = 1;
+    s.first_token_s = now;
+  }
+
+  /// Undoes take_prefilled when the pool has no room after all.
+  static void drop_prefilled(Seq& s) {
+    s.computed = 0;
+    s.computed_blocks = 0;
+    s.high = 0;
+    s.generated = 0;
+    s.first_token_s = -1;
   }
 
   /// Tokens at which pool `p`'s windowed terms hold the most (a full window past a block edge).
@@ -395,7 +427,7 @@ private:
   }
 
   double step(double now) {
-    u64 budget = m_c.max_batched_tokens;
+    u64 budget = checked_mul(m_c.max_batched_tokens, m_stages);
     m_load = roofline::StepLoad{};
     m_step_swap_s = 0;
     m_preempted_now = false;
@@ -431,16 +463,27 @@ private:
 
     // Then waiting requests in arrival order, unless this step preempted (vLLM v1).
     while (!m_preempted_now && !m_waiting.empty() && budget > 0 &&
-           m_running.size() < m_c.max_seqs) {
+           m_running.size() < m_c.max_seqs * m_stages) {
       Seq& s = m_waiting.front();
-      attach_prefix(s);
+      bool arriving = s.req.prefilled && s.generated == 0;
+      if (arriving) {
+        take_prefilled(s, now);
+      } else {
+        attach_prefix(s);
+      }
       u64 n = std::min(s.known() - s.computed, budget);
       auto need = shortfall(s, s.computed + n);
       if (!room_for(need)) {
-        if (!s.swapped) {
+        if (arriving) {
+          drop_prefilled(s);
+        } else if (!s.swapped) {
           detach_prefix(s);
         }
         break;
+      }
+      if (arriving) {
+        s.computed_blocks = blocks_for(s.computed);
+        m_stored += s.computed;
       }
       if (s.swapped) {
         m_step_swap_s += swap_time(s.computed);
@@ -466,7 +509,7 @@ private:
       throw Error("internal error: the simulator's scheduler made no progress");
     }
 
-    double duration = m_stages * m_cost.time_s(m_load) + m_step_swap_s;
+    double duration = m_cost.pipeline_time_s(m_load) + m_step_swap_s;
     double end = now + duration;
     u64 running_during = m_running.size();
     double occupancy = 0;
@@ -564,10 +607,14 @@ private:
     ++m_r.requests_completed;
     m_r.input_tokens += s.req.prompt_tokens;
     m_r.output_tokens += s.req.output_tokens;
-    m_ttft.add(s.first_token_s - s.req.arrival_s);
-    m_e2e.add(end - s.req.arrival_s);
+    double origin = s.req.prefilled ? s.req.origin_s : s.req.arrival_s;
+    m_ttft.add(s.first_token_s - origin);
+    m_e2e.add(end - origin);
     if (s.req.output_tokens > 1) {
       m_tpot.add((end - s.first_token_s) / static_cast<double>(s.req.output_tokens - 1));
+    }
+    if (m_on_complete) {
+      m_on_complete(s.req, s.first_token_s, end);
     }
     release(s);
   }
@@ -597,6 +644,7 @@ private:
   StepCost m_cost;
   RequestSource& m_source;
   const std::function<void(const StepRecord&)>& m_on_step;
+  const OnComplete& m_on_complete;
   std::optional<Request> m_next;
   std::vector<Seq> m_running; ///< in arrival order: the back is the preemption victim
   std::deque<Seq> m_waiting;  ///< in arrival order: preempted sequences return to the front
@@ -611,7 +659,9 @@ private:
   /// Blocks of the first pool's full layers held by running sequences and ready prefixes
   /// (each prefix once): the slots the fragmentation figure compares with m_stored.
   u64 m_full_blocks = 0;
-  double m_stages = 1;
+  /// Pipeline stages: a step advances pp micro-batches, each with the engine's token budget
+  /// and sequence limit.
+  u64 m_stages = 1;
   StepLoad m_load;
   double m_step_swap_s = 0;
   bool m_preempted_now = false;
@@ -633,9 +683,111 @@ private:
 } // namespace
 
 SimResult simulate(const SimConfig& config, RequestSource& source,
-                   const std::function<void(const StepRecord&)>& on_step) {
-  Instance instance(config, source, on_step);
+                   const std::function<void(const StepRecord&)>& on_step,
+                   const OnComplete& on_complete) {
+  Instance instance(config, source, on_step, on_complete);
   return instance.run();
+}
+
+double KvTransfer::time_s(u64 prompt_tokens) const {
+  double bytes = static_cast<double>(prompt_tokens) * bytes_per_token + bytes_per_sequence;
+  return latency_s + bytes / bytes_per_s;
+}
+
+namespace {
+
+/// The requests of a run cut to their first token, numbered, their outputs kept aside.
+class PrefillSource : public RequestSource {
+public:
+  explicit PrefillSource(RequestSource& inner) : m_inner(inner) {}
+
+  std::optional<Request> next() override {
+    auto r = m_inner.next();
+    if (!r) {
+      return r;
+    }
+    r->id = m_outputs.size();
+    m_outputs.push_back(r->output_tokens);
+    r->output_tokens = 1;
+    return r;
+  }
+
+  [[nodiscard]] u64 output_of(const Request& r) const { return m_outputs[r.id]; }
+
+private:
+  RequestSource& m_inner;
+  std::vector<u64> m_outputs;
+};
+
+/// Handed-off requests in the order their caches arrive.
+class HandoffSource : public RequestSource {
+public:
+  explicit HandoffSource(std::vector<Request> requests) : m_requests(std::move(requests)) {
+    std::stable_sort(m_requests.begin(), m_requests.end(),
+                     [](const Request& a, const Request& b) { return a.arrival_s < b.arrival_s; });
+  }
+
+  std::optional<Request> next() override {
+    if (m_next == m_requests.size()) {
+      return std::nullopt;
+    }
+    return m_requests[m_next++];
+  }
+
+private:
+  std::vector<Request> m_requests;
+  std::size_t m_next = 0;
+};
+
+} // namespace
+
+DisaggregatedResult simulate_disaggregated(const SimConfig& prefill, const SimConfig& decode,
+                                           const KvTransfer& transfer, RequestSource& source) {
+  if (!(transfer.bytes_per_s > 0)) {
+    throw InputError("the KV transfer between the pools needs the GPU's scale_out link (its NIC "
+                     "bandwidth); give one in a --gpu-file (docs/gpu-catalog.md)");
+  }
+  DisaggregatedResult out;
+  PrefillSource cut(source);
+  std::vector<Request> handed;
+  LatencyHistogram moved;
+  out.prefill = simulate(prefill, cut, {}, [&](const Request& r, double, double end) {
+    Request next = r;
+    next.output_tokens = cut.output_of(r);
+    next.prefilled = true;
+    next.origin_s = r.arrival_s;
+    double t = transfer.time_s(r.prompt_tokens);
+    moved.add(t);
+    next.arrival_s = end + t;
+    handed.push_back(next);
+  });
+  out.transfer = moved.summary();
+  HandoffSource arrivals(std::move(handed));
+  out.decode = simulate(decode, arrivals);
+
+  // The requests end to end: latencies are the decode pool's (measured from each origin);
+  // counts, tokens and throughput over the whole run.
+  SimResult& r = out.requests;
+  r = out.decode;
+  r.requests_arrived = out.prefill.requests_arrived;
+  r.requests_rejected = out.prefill.requests_rejected + out.decode.requests_rejected;
+  r.rejected_pool = out.prefill.rejected_pool + out.decode.rejected_pool;
+  r.rejected_context = out.prefill.rejected_context + out.decode.rejected_context;
+  r.preemptions = out.prefill.preemptions + out.decode.preemptions;
+  r.steps = out.prefill.steps + out.decode.steps;
+  r.computed_tokens = out.prefill.computed_tokens + out.decode.computed_tokens;
+  r.recomputed_tokens = out.prefill.recomputed_tokens + out.decode.recomputed_tokens;
+  r.prefix_hit_tokens = out.prefill.prefix_hit_tokens;
+  r.first_arrival_s = out.prefill.first_arrival_s;
+  r.end_s = std::max(out.prefill.end_s, out.decode.end_s);
+  r.makespan_s = std::max(0.0, r.end_s - r.first_arrival_s);
+  r.queue = out.prefill.queue;
+  if (r.makespan_s > 0) {
+    r.input_tokens_per_s = static_cast<double>(r.input_tokens) / r.makespan_s;
+    r.output_tokens_per_s = static_cast<double>(r.output_tokens) / r.makespan_s;
+    r.total_tokens_per_s = r.input_tokens_per_s + r.output_tokens_per_s;
+  }
+  return out;
 }
 
 } // namespace kvcalc::sim

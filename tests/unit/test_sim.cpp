@@ -516,3 +516,78 @@ TEST_CASE("latency percentiles within 0.1%; the timeline keeps its totals", "[si
   CHECK(points.back().kv_occupancy == Approx(0.5));
   CHECK(total == Approx(out));
 }
+
+// One request through a prefill pool and a decode pool: its first token leaves the prefill pool
+// after the prefill step, its cache (2,000 tokens × 131,072 B on one GPU) crosses the NIC at
+// 50 GB/s after 2.7 µs, and the decode pool generates the other 9 tokens.
+TEST_CASE("disaggregated prefill and decode: TTFT through the transfer, decode in its pool",
+          "[sim][disaggregated]") {
+  SimConfig pool = config("llama-3.1-8b", "h100-sxm", 1);
+  KvTransfer transfer{131072, 0, 50e9, 2.7e-6};
+  roofline::StepCost cost(pool.step);
+  roofline::StepLoad prefill;
+  cost.add(prefill, Phase::prefill, 2000, 0, 1, 1);
+  double prefill_s = cost.time_s(prefill);
+  double moved = 2.7e-6 + 2000.0 * 131072 / 50e9;
+  double decode = 0;
+  for (u64 k = 1; k < 10; ++k) {
+    roofline::StepLoad step;
+    cost.add(step, Phase::decode, 1, 2000 + k - 1, 1, 1);
+    decode += cost.time_s(step);
+  }
+  ListSource source({{0.5, 2000, 10, 0, 0}});
+  DisaggregatedResult r = simulate_disaggregated(pool, pool, transfer, source);
+  CHECK(r.prefill.requests_completed == 1);
+  CHECK(r.prefill.output_tokens == 1);
+  CHECK(r.transfer.mean == Approx(moved));
+  CHECK(r.decode.steps == 9);
+  CHECK(r.requests.requests_completed == 1);
+  CHECK(r.requests.output_tokens == 10);
+  CHECK(r.requests.ttft.mean == Approx(prefill_s + moved).epsilon(1e-12));
+  CHECK(r.requests.e2e.mean == Approx(prefill_s + moved + decode).epsilon(1e-12));
+  CHECK(r.requests.tpot.mean == Approx(decode / 9).epsilon(1e-12));
+  CHECK(r.requests.makespan_s == Approx(prefill_s + moved + decode).epsilon(1e-12));
+
+  // A decode pool with room for one sequence: the second request waits for its slot, and
+  // that wait is in its TTFT.
+  SimConfig one = pool;
+  one.max_seqs = 1;
+  ListSource two({{0.0, 2000, 10, 0, 0}, {0.0, 2000, 10, 0, 0}});
+  DisaggregatedResult w = simulate_disaggregated(pool, one, transfer, two);
+  CHECK(w.requests.requests_completed == 2);
+  CHECK(w.requests.ttft.max > decode); // the first request's whole decode
+  CHECK(w.decode.queue.max > 0);
+
+  // A request of one output token is done when its cache (and its token) arrive.
+  ListSource single({{0.0, 100, 1, 0, 0}});
+  DisaggregatedResult s = simulate_disaggregated(pool, pool, transfer, single);
+  CHECK(s.requests.requests_completed == 1);
+  CHECK(s.decode.steps == 0);
+  CHECK(s.requests.ttft.mean == Approx(s.requests.e2e.mean));
+
+  KvTransfer none{131072, 0, 0, 0};
+  ListSource again({{0.0, 100, 2, 0, 0}});
+  CHECK_THROWS_WITH(simulate_disaggregated(pool, pool, none, again), Catch::Contains("scale_out"));
+}
+
+// Pipeline parallel: a step advances pp micro-batches of half the running set through both
+// stages; the engine's token budget and sequence limit hold per micro-batch.
+TEST_CASE("pipeline parallel: micro-batches in flight, each with the engine's limits",
+          "[sim][pipeline]") {
+  kv::CapacityRequest q = capacity_request("llama-3.1-70b", "h100-sxm", 2);
+  q.parallel.pp = 2;
+  SimConfig c = instance_config(q, kv::compute_capacity(q), roofline::device_rates(q.gpu),
+                                MlaMode::automatic);
+  c.max_seqs = 8;
+  std::vector<StepRecord> steps;
+  SimResult r = run(c, burst(16, 100, 4), [&](const StepRecord& s) { steps.push_back(s); });
+  CHECK(r.requests_completed == 16);
+  CHECK(r.peak_running == 16); // 2 micro-batches of 8
+  roofline::StepCost cost(c.step);
+  roofline::StepLoad load;
+  cost.add(load, Phase::decode, 1, 101, 16, 16);
+  roofline::StepLoad micro = load.scaled(0.5);
+  CHECK(cost.pipeline_time_s(load) ==
+        Approx(2 * cost.time_s(micro) + cost.stage_transfer(micro).time_s));
+  CHECK(steps[2].duration_s == Approx(cost.pipeline_time_s(load)).epsilon(1e-9));
+}

@@ -165,6 +165,9 @@ struct AttentionLoad {
 /// prefills and chunks of any context (docs/formulas.md §11, "Mixed steps"). Build it with
 /// StepCost::add.
 struct StepLoad {
+  /// The same load with every sum times `f` (one of two micro-batches: 0.5).
+  [[nodiscard]] StepLoad scaled(double f) const;
+
   double tokens = 0;           ///< new tokens through the linear layers of the copy (Σ s)
   double logits = 0;           ///< rows of the LM head
   double attention_tokens = 0; ///< new tokens whose attention (and state) this GPU runs
@@ -197,6 +200,12 @@ public:
   [[nodiscard]] double time_s(const StepLoad& load) const;
   /// Every op of the step, as compute_roofline reports them (exposed_s set).
   [[nodiscard]] std::vector<Op> ops(const StepLoad& load) const;
+  /// A micro-batch `load` handing its hidden states on at one stage boundary: over NVLink while
+  /// the copy fits one scale-up domain, else over the NIC.
+  [[nodiscard]] Collective stage_transfer(const StepLoad& load) const;
+  /// Seconds for every sequence of `load` to advance one step under pipeline parallel: pp
+  /// micro-batches of 1/pp of it cross the pp stages, with pp − 1 transfers (time_s at pp 1).
+  [[nodiscard]] double pipeline_time_s(const StepLoad& load) const;
 
   /// Fraction of the copy's sequences whose attention one GPU runs (1/tp with dp-attention).
   [[nodiscard]] double attention_share() const { return m_attention_share; }

@@ -107,10 +107,45 @@ struct SimResult {
   std::vector<TimePoint> timeline;
 };
 
+/// A request that finished: when its first token came and when its last did.
+using OnComplete = std::function<void(const Request&, double first_token_s, double end_s)>;
+
 /// Runs the instance until `source` is exhausted and every admitted request has finished.
-/// `on_step`, when set, sees every step (timelines); memory grows with the requests in the
-/// system (running and waiting), not with the requests of the run.
+/// `on_step`, when set, sees every step (timelines), `on_complete` every finished request;
+/// memory grows with the requests in the system (running and waiting), not with the requests
+/// of the run.
 [[nodiscard]] SimResult simulate(const SimConfig& config, RequestSource& source,
-                                 const std::function<void(const StepRecord&)>& on_step = {});
+                                 const std::function<void(const StepRecord&)>& on_step = {},
+                                 const OnComplete& on_complete = {});
+
+/// How a request's cache moves from the prefill pool to the decode pool: every GPU of the
+/// prefill pool sends its own share over its NIC, all at once (docs/simulate.md).
+struct KvTransfer {
+  double bytes_per_token = 0;    ///< KV of one prompt token on one prefill GPU
+  double bytes_per_sequence = 0; ///< per-sequence state on one prefill GPU
+  double bytes_per_s = 0;        ///< the NIC, one direction
+  double latency_s = 0;          ///< α of one message
+  [[nodiscard]] double time_s(u64 prompt_tokens) const;
+};
+
+/// A disaggregated run: the pools' own runs and the requests' latencies end to end.
+struct DisaggregatedResult {
+  /// The requests as users see them: TTFT from arrival at the prefill pool to the first token
+  /// out of the decode pool (prefill, transfer and the wait for a decode slot included), TPOT
+  /// and E2E likewise; throughput over the whole run.
+  SimResult requests;
+  SimResult prefill;       ///< each request to its first token, on the prefill pool
+  SimResult decode;        ///< from the cache's arrival, on the decode pool
+  LatencySummary transfer; ///< of each request's cache
+};
+
+/// Prefill and decode on pools of their own: every request of `source` is prefilled (its
+/// output cut to the first token) on `prefill`, its cache sent by `transfer`, then queued for
+/// a slot on `decode`, where the rest of its output is generated. Memory grows with the
+/// requests of the run (one handed-off request each).
+[[nodiscard]] DisaggregatedResult simulate_disaggregated(const SimConfig& prefill,
+                                                         const SimConfig& decode,
+                                                         const KvTransfer& transfer,
+                                                         RequestSource& source);
 
 } // namespace kvcalc::sim

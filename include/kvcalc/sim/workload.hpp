@@ -23,6 +23,11 @@ struct Request {
   u64 output_tokens = 0; ///< tokens to generate (at least 1)
   u64 prefix_id = 0;     ///< 0: no shared prefix; else requests with the same id share it
   u64 prefix_tokens = 0; ///< leading prompt tokens that are the shared prefix
+  /// Disaggregated serving: the prompt's cache arrives computed from a prefill pool, with the
+  /// first token; `origin_s` is when the request reached the prefill pool.
+  bool prefilled = false;
+  double origin_s = 0;
+  u64 id = 0; ///< the request's number in its run, from 0 (set by the disaggregated run)
 };
 
 /// Where the simulator pulls requests from, in arrival order; memory stays independent of the
