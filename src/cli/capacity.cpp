@@ -104,6 +104,7 @@ Record describe_row(const Scenario& s, const ContextCapacity* x,
   r.value("ep", Cell::count(c.parallel.ep));
   r.value("dcp", Cell::count(c.parallel.dcp));
   r.value("dp_attention", Cell::flag(c.parallel.dp_attention));
+  r.value("attention_dp", Cell::count(c.parallel.dp));
   r.value("replicas", Cell::count(c.replicas));
   r.value("kv_pools", Cell::count(c.kv_pools));
   r.value("weight_dtype", Cell::text(std::string(dtype_name(c.weight_dtype))));

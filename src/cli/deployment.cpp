@@ -85,6 +85,7 @@ capacity_requests(const std::vector<Model>& models, const CacheRequest& cache,
         req.parallel.ep = p.ep;
         req.parallel.dcp = p.dcp;
         req.parallel.dp_attention = p.dp_attention;
+        req.parallel.dp = p.dp;
         req.parallel.redundant_experts = p.redundant_experts;
         req.engine = settings;
         req.mtp = p.mtp;

@@ -110,7 +110,7 @@ std::optional<u64> ParallelOptions::deployment_gpus() const {
 
 std::vector<u64> ParallelOptions::tp_sweep() const {
   auto total = deployment_gpus();
-  if (tp_given || !dp_attention || !total) {
+  if (tp_given || !(dp_attention || dp > 1) || !total) {
     return tps;
   }
   if (pp == 0 || *total % pp != 0) {
@@ -185,6 +185,11 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope
   cmd->add_flag("--dp-attention", p.dp_attention,
                 "Attention data parallel over the tp ranks (SGLang --enable-dp-attention): each "
                 "rank holds its own sequences, attention weights are replicated")
+      ->group(k_group_deployment);
+  add_count(cmd, "--dp", p.dp,
+            "Attention data-parallel groups per copy, each of tp / dp GPUs with its own "
+            "sequences (SGLang --dp with --enable-dp-attention); implies --dp-attention "
+            "[default: tp with --dp-attention]")
       ->group(k_group_deployment);
   add_parsed(cmd, "--weight-dtype", p.weight_dtype, dtype_option,
              "Weight storage: bf16, fp16, fp8 (128x128 block scales), int8, int4, nvfp4, mxfp4 "

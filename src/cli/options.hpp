@@ -140,6 +140,7 @@ struct ParallelOptions {
   u64 ep = 0; ///< 0: tp
   u64 dcp = 1;
   bool dp_attention = false;
+  u64 dp = 0; ///< --dp: attention data-parallel groups (implies dp_attention)
   u64 redundant_experts = 0;
   std::optional<DType> weight_dtype;
   bool mtp = false;

@@ -26,7 +26,8 @@ std::string setup(const ScenarioResult& s) {
     text += ", pp " + group_digits(c.parallel.pp);
   }
   if (c.parallel.dp_attention) {
-    text += ", dp-attention";
+    text += c.parallel.dp == c.parallel.tp ? ", dp-attention"
+                                           : ", attention dp " + group_digits(c.parallel.dp);
   }
   if (c.parallel.dcp > 1) {
     text += ", dcp " + group_digits(c.parallel.dcp);

@@ -269,6 +269,7 @@ std::vector<RooflineRequest> base_requests(const RooflineArgs& args, const Roofl
         req.parallel.pp = args.parallel.pp;
         req.parallel.ep = args.parallel.ep;
         req.parallel.dp_attention = args.parallel.dp_attention;
+        req.parallel.dp = args.parallel.dp;
         req.parallel.redundant_experts = args.parallel.redundant_experts;
         req.phase = args.phase;
         req.query = args.query;
@@ -370,8 +371,11 @@ Record describe_step(const Scenario& s) {
   r.value("gpus", "gpus", Cell::count(res.gpus));
   r.value("tp", "tp", Cell::count(q.parallel.tp));
   r.value("ep", Cell::count(resolve_deployment(q.model, q.parallel, q.weight_dtype).parallel.ep));
+
   r.value("pp", Cell::count(q.parallel.pp));
-  r.value("dp_attention", Cell::flag(q.parallel.dp_attention));
+  kv::Deployment dep = resolve_deployment(q.model, q.parallel, q.weight_dtype);
+  r.value("dp_attention", Cell::flag(dep.parallel.dp_attention));
+  r.value("attention_dp", Cell::count(dep.attention_dp));
   r.value("overlap", Cell::text(std::string(overlap_name(q.overlap))));
   r.value("mtp", Cell::count(q.draft_tokens));
   r.value("acceptance", Cell::number(q.acceptance));
@@ -468,12 +472,16 @@ std::vector<std::string> explain_step(const Scenario& s, ByteUnits units) {
     return line + ", α " + sec(c.latency_s) + " ⇒ " + sec(c.time_s);
   };
   std::vector<std::string> out;
-  out.push_back(q.model.name + " on " + group_digits(res.gpus) + " × " + q.gpu.name + " (tp " +
-                group_digits(q.parallel.tp) + ", pp " + group_digits(q.parallel.pp) + ", ep " +
-                group_digits(resolve_deployment(q.model, q.parallel, q.weight_dtype).parallel.ep) +
-                (q.parallel.dp_attention ? ", dp-attention" : "") + "), batch " +
-                group_digits(q.batch) + ", " + group_digits(res.batch_per_gpu) +
-                " sequences' attention per GPU; links: " +
+  kv::Deployment dep = resolve_deployment(q.model, q.parallel, q.weight_dtype);
+  std::string layout = "tp " + group_digits(q.parallel.tp) + ", pp " + group_digits(q.parallel.pp) +
+                       ", ep " + group_digits(dep.parallel.ep);
+  if (dep.parallel.dp_attention) {
+    layout += ", attention dp " + group_digits(dep.attention_dp) + " × tp " +
+              group_digits(dep.attention_tp);
+  }
+  out.push_back(q.model.name + " on " + group_digits(res.gpus) + " × " + q.gpu.name + " (" +
+                layout + "), batch " + group_digits(q.batch) + ", " +
+                group_digits(res.batch_per_gpu) + " sequences per attention group; links: " +
                 (links.domain ? group_digits(links.domain) + " GPUs per scale-up domain"
                               : "scale-up domain not stated") +
                 (links.out_bytes_per_s > 0 ? ", NIC " + rate(links.out_bytes_per_s) : ", no NIC"));

@@ -208,14 +208,14 @@ bool looks_like_length(const std::string& text) {
 }
 
 /// A pool of a disaggregated deployment: "NODESxGPUS" (or a GPU count), then ":tpT", ":ppP",
-/// ":epE" and ":dp" (attention data parallel) in any order. Without tp the pool is one instance
-/// over all its GPUs, attention data parallel when its experts are spread (ep above 1).
+/// ":epE" and ":dp" or ":dpN" (attention data parallel) in any order. Without tp the pool is one
+/// instance over all its GPUs, attention data parallel when its experts are spread (ep above 1).
 ParallelOptions pool_options(const std::string& spec, const std::string& flag,
                              const ParallelOptions& base) {
   ParallelOptions p = base;
   auto bad = [&](const std::string& why) -> InputError {
     return InputError(flag + " '" + spec + "': " + why +
-                      "; write NODESxGPUS[:tpT][:ppP][:epE][:dp], e.g. 4x8:ep32");
+                      "; write NODESxGPUS[:tpT][:ppP][:epE][:dp[N]], e.g. 4x8:ep32");
   };
   std::vector<std::string> parts;
   std::size_t start = 0;
@@ -244,6 +244,8 @@ ParallelOptions pool_options(const std::string& spec, const std::string& flag,
     const std::string& part = parts[i];
     if (part == "dp") {
       p.dp_attention = true;
+    } else if (part.starts_with("dp")) {
+      p.dp = parse_count(part.substr(2), flag + " dp");
     } else if (part.starts_with("tp")) {
       tp = parse_count(part.substr(2), flag + " tp");
     } else if (part.starts_with("pp")) {
@@ -349,9 +351,9 @@ SimulateInputs read_inputs(const SimulateArgs& args) {
   if (!args.prefill_pool.empty()) {
     const ParallelOptions& p = args.parallel;
     if (p.tp_given || p.gpu_count || p.nodes || p.pp != 1 || p.ep != 0 || p.dp_attention ||
-        p.dcp != 1) {
+        p.dp != 0 || p.dcp != 1) {
       throw InputError("--prefill and --decode give each pool its deployment; drop --gpus, "
-                       "--nodes, --tp, --pp, --ep, --dcp and --dp-attention");
+                       "--nodes, --tp, --pp, --ep, --dcp, --dp and --dp-attention");
     }
     if (!args.timeline.empty() || !args.plot.empty()) {
       throw InputError("--timeline and --plot draw one instance's steps; not with --prefill "
@@ -642,6 +644,7 @@ Record describe_scenario(const Scenario& s, bool trace) {
   r.value("pp", Cell::count(c.step.parallel.pp));
   r.value("ep", Cell::count(c.step.parallel.ep));
   r.value("dp_attention", Cell::flag(c.step.parallel.dp_attention));
+  r.value("attention_dp", Cell::count(c.step.parallel.dp));
   r.value("engine", Cell::text(std::string(engine_name(s.engine))));
   r.value("fits", Cell::flag(true));
   r.value("reason", Cell::empty());
@@ -709,6 +712,7 @@ Record describe_scenario(const Scenario& s, bool trace) {
       p.value("pp", Cell::count(pc.step.parallel.pp));
       p.value("ep", Cell::count(pc.step.parallel.ep));
       p.value("dp_attention", Cell::flag(pc.step.parallel.dp_attention));
+      p.value("attention_dp", Cell::count(pc.step.parallel.dp));
       p.value("kv_pool_blocks", Cell::count(pc.pool_blocks));
       p.value("block_size", Cell::count(pc.block_size));
       p.value("max_seqs", Cell::count(pc.max_seqs));
@@ -978,7 +982,7 @@ Command setup_simulate(CLI::App& app) {
   add_cache_options(cmd, args->cache);
   add_parallel_options(cmd, args->parallel, ParallelScope::deployment, true);
   cmd->add_option("--prefill", args->prefill_pool,
-                  "Disaggregated serving: the prefill pool, NODESxGPUS[:tpT][:ppP][:epE][:dp] "
+                  "Disaggregated serving: the prefill pool, NODESxGPUS[:tpT][:ppP][:epE][:dp[N]] "
                   "(without tp one instance over its GPUs, attention data parallel when ep > 1); "
                   "needs --decode")
       ->type_name("SPEC")

@@ -313,7 +313,7 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
   }
   if (r.kv_pools > 1) {
     why.add("sequences: per pool × ", num(r.kv_pools), " pools (", num(r.replicas), " model copies",
-            p.dp_attention ? " × " : "", p.dp_attention ? num(p.tp) : Term(""),
+            p.dp_attention ? " × " : "", p.dp_attention ? num(p.dp) : Term(""),
             p.dp_attention ? " attention-DP ranks" : "", ")");
   }
   for (const auto& c : r.contexts) {

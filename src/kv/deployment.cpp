@@ -14,6 +14,14 @@ Deployment resolve_deployment(const Model& m, const Parallelism& asked,
   if (p.tp == 0 || p.pp == 0 || p.dcp == 0) {
     throw InputError("--tp, --pp and --dcp must be at least 1");
   }
+  if (p.dp > 1) {
+    if (p.tp % p.dp != 0) {
+      throw InputError("--dp " + group_digits(p.dp) + " must divide --tp " + group_digits(p.tp) +
+                       ": each attention group takes tp / dp of a copy's GPUs");
+    }
+    p.dp_attention = true;
+  }
+  p.dp = p.dp_attention ? (p.dp > 1 ? p.dp : p.tp) : 1;
   u64 copy = checked_mul(p.tp, p.pp);
   p.gpus = p.gpus == 0 ? copy : p.gpus;
   if (p.gpus % copy != 0) {
@@ -80,7 +88,7 @@ Deployment resolve_deployment(const Model& m, const Parallelism& asked,
                        "--ep above 1");
     }
   }
-  u64 attention_tp = p.dp_attention ? 1 : p.tp;
+  u64 attention_tp = p.tp / p.dp;
   if (has_attention(m)) {
     for (const Attention* a :
          {&m.attention, m.sliding_attention ? &*m.sliding_attention : nullptr}) {
@@ -96,7 +104,8 @@ Deployment resolve_deployment(const Model& m, const Parallelism& asked,
   d.parallel = p;
   d.replicas = p.gpus / copy;
   d.attention_tp = attention_tp;
-  d.kv_pools = checked_mul(d.replicas, p.dp_attention ? p.tp : 1);
+  d.attention_dp = p.dp;
+  d.kv_pools = checked_mul(d.replicas, p.dp);
   d.expert_tp = expert_tp;
   d.expert_all_to_all = p.dp_attention || p.ep > p.tp;
   if (m.moe) {

@@ -20,7 +20,7 @@ namespace {
 
 using detail::MapReader;
 
-constexpr std::array<std::string_view, 27> k_setting_keys{"model",
+constexpr std::array<std::string_view, 29> k_setting_keys{"model",
                                                           "gpu",
                                                           "gpus",
                                                           "tp",
@@ -28,6 +28,8 @@ constexpr std::array<std::string_view, 27> k_setting_keys{"model",
                                                           "ep",
                                                           "dcp",
                                                           "dp_attention",
+                                                          "dp",
+                                                          "redundant_experts",
                                                           "engine",
                                                           "gpu_memory_utilization",
                                                           "mem_fraction_static",
@@ -67,6 +69,8 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   count("pp", q.parallel.pp);
   count("ep", q.parallel.ep);
   count("dcp", q.parallel.dcp);
+  count("dp", q.parallel.dp);
+  count("redundant_experts", q.parallel.redundant_experts);
   if (auto dp = r.flag("dp_attention")) {
     q.parallel.dp_attention = *dp;
   }

@@ -452,3 +452,31 @@ TEST_CASE("MTP decoding: tokens per step, the verify query and the draft's cost"
   req.acceptance = 1.5;
   CHECK_THROWS_WITH(compute_roofline(req), Catch::Contains("--accept"));
 }
+
+// Attention data parallel 2 × attention TP 8 on 16 GPUs: each group of 8 runs 32 of the 64
+// sequences (norms over 32 tokens, heads split 8 ways, an all-reduce of 8 after each mixer and
+// dense MLP), and each GPU dispatches 64 / 16 = 4 tokens to 8 experts each.
+TEST_CASE("attention groups: dp groups of tp / dp GPUs", "[roofline][deployment]") {
+  auto req = request("deepseek-v3", "h200", 64, 4096);
+  req.parallel.gpus = 16;
+  req.parallel.tp = 16;
+  req.parallel.dp = 2;
+  req.parallel.ep = 16;
+  auto r = compute_roofline(req);
+  CHECK(r.batch_per_gpu == 32);
+  CHECK(r.heads == 16);
+  CHECK(find_op(r, "norms").flops == Approx(4.0 * 32 * 7168 * 2 * 61));
+  const Op& reduce = find_op(r, "tp.all_reduce");
+  CHECK(reduce.collective->group == 8);
+  CHECK(reduce.collectives == 64);
+  const Op& dispatch = find_op(r, "moe.dispatch");
+  CHECK(dispatch.collective->group == 16);
+  CHECK(dispatch.collective->up_bytes + dispatch.collective->out_bytes ==
+        Approx(4.0 * 8 * 7392 * 15 / 16));
+  kv::Deployment d = kv::resolve_deployment(req.model, req.parallel, std::nullopt);
+  CHECK(d.parallel.dp_attention);
+  CHECK(d.attention_tp == 8);
+  CHECK(d.kv_pools == 2);
+  req.parallel.dp = 3;
+  CHECK_THROWS_WITH(compute_roofline(req), Catch::Contains("--dp 3 must divide --tp 16"));
+}

@@ -17,14 +17,18 @@ struct Parallelism {
   u64 dcp = 1;  ///< decode context parallel: MLA tokens sharded over dcp TP ranks
   bool dp_attention = false; ///< attention data parallel over the tp ranks (own sequences each)
   u64 redundant_experts = 0; ///< extra copies of hot experts over the ep ranks (EPLB)
+  /// Attention data-parallel groups per copy (SGLang --dp with --enable-dp-attention): each of
+  /// tp / dp GPUs; 0: tp with dp_attention, else 1. Above 1 it implies dp_attention.
+  u64 dp = 0;
 };
 
 /// A parallelism that holds for its model, and what follows from it.
 struct Deployment {
   Parallelism parallel; ///< gpus and ep filled in
   u64 replicas = 1;     ///< model copies: gpus / (tp × pp)
-  u64 attention_tp = 1; ///< ranks the attention heads split over: 1 with dp-attention, else tp
-  u64 kv_pools = 1;     ///< KV pools of the deployment: one per copy, tp per copy with dp-attention
+  u64 attention_tp = 1; ///< ranks the attention heads split over: tp / dp
+  u64 attention_dp = 1; ///< attention groups per copy, each with its own sequences
+  u64 kv_pools = 1;     ///< KV pools of the deployment: one per attention group of each copy
   u64 expert_tp = 1;    ///< ranks each expert's matrices split over: tp / ep when ep < tp
   /// Tokens travel to their experts' GPUs and back (all-to-all dispatch and combine): with
   /// dp-attention, or experts spread over more GPUs than a copy's tp.
