@@ -1,6 +1,7 @@
 #include <kvcalc/roofline/collective.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include <kvcalc/core/error.hpp>
@@ -97,6 +98,36 @@ Collective all_to_all(const Topology& t, u64 group, double bytes) {
   c.domains = group / local;
   c.up_bytes = bytes * d(local - 1) / d(group);
   c.out_bytes = bytes * d(group - local) / d(group);
+  if (c.out_bytes > 0) {
+    need_network(t, group, local);
+  }
+  c.latency_s = c.out_bytes > 0 ? t.out_latency_s : t.up_latency_s;
+  double up = c.up_bytes / t.up_bytes_per_s;
+  double out = c.out_bytes > 0 ? c.out_bytes / t.out_bytes_per_s : 0;
+  c.time_s = c.latency_s + std::max(up, out);
+  return c;
+}
+
+Collective expert_exchange(const Topology& t, u64 group, double tokens, double k, double bytes) {
+  Collective c;
+  c.group = group;
+  c.algorithm = "deduplicated by domain";
+  if (group <= 1 || tokens <= 0 || bytes <= 0) {
+    c.algorithm = "none";
+    return c;
+  }
+  u64 local = group_in_domain(t, group);
+  c.domains = group / local;
+  double n = d(c.domains);
+  double g = d(group);
+  double l = d(local);
+  // Copies to the other GPUs of its own domain; over the NIC one per remote domain hit; each
+  // copy that lands on a remote domain's NIC is forwarded to the domain's other experts.
+  double direct = k * (l - 1) / g;
+  double remote_domains = c.domains > 1 ? (n - 1) * (1 - std::pow(1 - 1 / n, k)) : 0;
+  double forwarded = k * (g - l) / g * (l - 1) / l;
+  c.up_bytes = tokens * (direct + forwarded) * bytes;
+  c.out_bytes = tokens * remote_domains * bytes;
   if (c.out_bytes > 0) {
     need_network(t, group, local);
   }

@@ -620,12 +620,14 @@ template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const
     }
     if (m_req.communication && m_all_to_all) {
       // Each GPU sends its slice of the copy's tokens to the k experts of each (dispatch) and
-      // takes their outputs back (combine); the busiest GPU receives `imbalance` × the mean.
-      double sent = load.tokens / m_tp * k * m_req.expert_imbalance;
+      // takes their outputs back (combine), once per domain they sit in; the busiest GPU
+      // receives `imbalance` × the mean.
+      double sent = load.tokens / m_tp * m_req.expert_imbalance;
       u64 group = static_cast<u64>(m_ep);
+      const Topology& links = m_req.rates.links;
       op.collective("moe.dispatch", m_dispatch_dtype,
-                    all_to_all(m_req.rates.links, group, sent * m_dispatch_bytes), ml);
-      op.collective("moe.combine", m.dtype, all_to_all(m_req.rates.links, group, sent * h * w), ml);
+                    expert_exchange(links, group, sent, k, m_dispatch_bytes), ml);
+      op.collective("moe.combine", m.dtype, expert_exchange(links, group, sent, k, h * w), ml);
     }
   }
   if (m_req.communication && m_attention_tp > 1) {

@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include <kvcalc/roofline/collective.hpp>
 
 using namespace kvcalc;
@@ -57,6 +60,23 @@ TEST_CASE("an all-to-all runs its NVLink and NIC parts at once", "[roofline][col
   Collective board = all_to_all(h800(), 8, 800000);
   CHECK(board.out_bytes == 0);
   CHECK(board.time_s == Approx(4.1e-6));
+}
+
+TEST_CASE("expert dispatch crosses to each domain once per token", "[roofline][collective]") {
+  // EP32 over 4 boards, 1,000 tokens of 7,392 B to 8 experts each: a token reaches each of the
+  // 3 other boards with probability 1 − 0.75^8, so 3 × 0.8999 = 2.6997 NIC copies; NVLink
+  // carries 8 × 7/32 = 1.75 direct copies and forwards 8 × 24/32 × 7/8 = 5.25.
+  Collective c = expert_exchange(h800(), 32, 1000, 8, 7392);
+  double remote = 3 * (1 - std::pow(0.75, 8));
+  CHECK(c.domains == 4);
+  CHECK(c.out_bytes == Approx(1000 * remote * 7392));
+  CHECK(c.up_bytes == Approx(1000 * 7.0 * 7392));
+  CHECK(c.time_s ==
+        Approx(2.7e-6 + std::max(1000 * 7.0 * 7392 / 200e9, 1000 * remote * 7392 / 50e9)));
+  // Inside one board there is nothing to deduplicate: 8 × 7/8 copies over NVLink.
+  Collective board = expert_exchange(h800(), 8, 1000, 8, 7392);
+  CHECK(board.out_bytes == 0);
+  CHECK(board.up_bytes == Approx(1000 * 7.0 * 7392));
 }
 
 TEST_CASE("groups are packed into domains, and leaving one needs a NIC", "[roofline][collective]") {

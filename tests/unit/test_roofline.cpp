@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include <kvcalc/model/loader.hpp>
 #include <kvcalc/model/registry.hpp>
 #include <kvcalc/roofline/roofline.hpp>
@@ -290,8 +292,9 @@ TEST_CASE("the roofline refuses the deployments capacity refuses", "[roofline][d
 
 // DeepSeek-V3 on two H800 boards, attention data parallel over 16 GPUs, experts EP16: each GPU
 // runs its own 16 sequences, and receives 16 × 16 × 8 / 16 = 128 token-expert pairs per MoE
-// layer. Dispatch sends each of its 16 tokens to 8 experts in fp8 with a scale per 128
-// (7,168 + 4 × 56 = 7,392 B): 946,176 B, half of it to the other board over the 50 GB/s NIC.
+// layer. Dispatch sends each of its 16 tokens in fp8 with a scale per 128 (7,168 + 4 × 56 =
+// 7,392 B): to the other board once when one of its 8 experts is there (1 − 0.5^8 of tokens),
+// over NVLink to 8 × 7/16 board peers and forwarding 8 × 8/16 × 7/8 copies that came in.
 TEST_CASE("dp-attention with wide EP: each GPU its own tokens and its experts' pairs",
           "[roofline][deployment]") {
   auto req = request("deepseek-v3", "h800", 256, 4096);
@@ -306,11 +309,13 @@ TEST_CASE("dp-attention with wide EP: each GPU its own tokens and its experts' p
   CHECK(find_op(r, "moe.shared_experts").flops == Approx(2.0 * 16 * 7168 * 2048 * 3 * 58));
   const Op& dispatch = find_op(r, "moe.dispatch");
   REQUIRE(dispatch.collective);
-  CHECK(dispatch.collective->out_bytes == Approx(946176.0 / 2));
-  CHECK(dispatch.collective->time_s == Approx(2.7e-6 + 473088.0 / 50e9));
+  double remote = 1 - std::pow(0.5, 8);
+  CHECK(dispatch.collective->out_bytes == Approx(16 * remote * 7392));
+  CHECK(dispatch.collective->up_bytes == Approx(16 * 7.0 * 7392));
+  CHECK(dispatch.collective->time_s == Approx(2.7e-6 + 16 * 7.0 * 7392 / 200e9));
   CHECK(dispatch.collectives == 58);
   const Op& combine = find_op(r, "moe.combine");
-  CHECK(combine.collective->out_bytes == Approx(128.0 * 7168 * 2 / 2));
+  CHECK(combine.collective->out_bytes == Approx(16 * remote * 7168 * 2));
   // No attention TP: no all-reduce.
   for (const Op& o : r.ops) {
     CHECK(o.name != "tp.all_reduce");
@@ -322,7 +327,7 @@ TEST_CASE("dp-attention with wide EP: each GPU its own tokens and its experts' p
   skewed.expert_imbalance = 2;
   auto s = compute_roofline(skewed);
   CHECK(find_op(s, "moe.experts").flops == Approx(2 * find_op(r, "moe.experts").flops));
-  CHECK(find_op(s, "moe.dispatch").collective->out_bytes == Approx(946176.0));
+  CHECK(find_op(s, "moe.dispatch").collective->out_bytes == Approx(2 * 16 * remote * 7392));
 }
 
 // Without dp-attention the tp group holds every token: experts split over tp need no dispatch;
@@ -377,25 +382,29 @@ TEST_CASE("redundant experts sit on every rank and count in its weights",
 
 TEST_CASE("two-batch overlap exposes the longer of compute and communication",
           "[roofline][overlap]") {
-  auto req = request("deepseek-v3", "h800", 16 * 256, 4096);
-  req.parallel.tp = 16;
+  // DeepSeek's decode layout: 144 GPUs, 128 sequences each, 2 experts a rank.
+  auto req = request("deepseek-v3", "h800", 144 * 128, 4096);
+  req.parallel.tp = 144;
   req.parallel.dp_attention = true;
-  req.parallel.ep = 16;
+  req.parallel.ep = 144;
   auto plain = compute_roofline(req);
   CHECK(plain.stage_s == Approx(plain.compute_s + plain.communication_s));
   req.overlap = Overlap::two_batch;
   auto tbo = compute_roofline(req);
   CHECK(tbo.stage_s == Approx(std::max(tbo.compute_s, tbo.communication_s)));
   CHECK(tbo.stage_s < plain.stage_s);
-  // Each half reads the experts' weights again: compute costs more than in one batch.
+  // Each half reads the weights again: compute costs more than in one batch.
   CHECK(tbo.compute_s > plain.compute_s);
   CHECK(find_op(tbo, "moe.experts").weight_bytes > find_op(plain, "moe.experts").weight_bytes);
   // The simulator's path agrees.
   StepCost cost(req);
   StepLoad load;
-  cost.add(load, Phase::decode, 1, 4095, 16 * 256, 256);
+  cost.add(load, Phase::decode, 1, 4095, 144 * 128, 128);
   CHECK(cost.time_s(load) == Approx(tbo.stage_s).epsilon(1e-12));
-  // At 64 sequences a GPU, reading each rank's 16 experts twice costs more than it hides.
+  // On 16 GPUs at 64 sequences each, reading each rank's 16 experts twice costs more than the
+  // overlap hides.
+  req.parallel.tp = 16;
+  req.parallel.ep = 16;
   req.batch = 16 * 64;
   auto small = compute_roofline(req);
   req.overlap = Overlap::none;
@@ -455,7 +464,8 @@ TEST_CASE("MTP decoding: tokens per step, the verify query and the draft's cost"
 
 // Attention data parallel 2 × attention TP 8 on 16 GPUs: each group of 8 runs 32 of the 64
 // sequences (norms over 32 tokens, heads split 8 ways, an all-reduce of 8 after each mixer and
-// dense MLP), and each GPU dispatches 64 / 16 = 4 tokens to 8 experts each.
+// dense MLP), and each GPU dispatches 64 / 16 = 4 tokens to 8 experts each (to the other board
+// once per token that has an expert there).
 TEST_CASE("attention groups: dp groups of tp / dp GPUs", "[roofline][deployment]") {
   auto req = request("deepseek-v3", "h200", 64, 4096);
   req.parallel.gpus = 16;
@@ -471,8 +481,8 @@ TEST_CASE("attention groups: dp groups of tp / dp GPUs", "[roofline][deployment]
   CHECK(reduce.collectives == 64);
   const Op& dispatch = find_op(r, "moe.dispatch");
   CHECK(dispatch.collective->group == 16);
-  CHECK(dispatch.collective->up_bytes + dispatch.collective->out_bytes ==
-        Approx(4.0 * 8 * 7392 * 15 / 16));
+  CHECK(dispatch.collective->up_bytes == Approx(4.0 * 7 * 7392));
+  CHECK(dispatch.collective->out_bytes == Approx(4.0 * (1 - std::pow(0.5, 8)) * 7392));
   kv::Deployment d = kv::resolve_deployment(req.model, req.parallel, std::nullopt);
   CHECK(d.parallel.dp_attention);
   CHECK(d.attention_tp == 8);

@@ -47,6 +47,14 @@ struct Collective {
 /// the two links working at once.
 [[nodiscard]] Collective all_to_all(const Topology& t, u64 group, double bytes);
 
+/// Expert dispatch (or combine) of `tokens` tokens of `bytes` each, every token to `k` experts
+/// spread evenly over `group` GPUs: a token crosses once to each other domain that holds one of
+/// its experts, (N − 1)·(1 − (1 − 1/N)^k) of the N domains on average, and is forwarded inside
+/// it over the scale-up link (DeepEP's normal kernels); copies for its own domain go over the
+/// scale-up link directly. The two links work at once.
+[[nodiscard]] Collective expert_exchange(const Topology& t, u64 group, double tokens, double k,
+                                         double bytes);
+
 /// `bytes` from one GPU to another, over the NIC when `crosses_domain`.
 [[nodiscard]] Collective send(const Topology& t, bool crosses_domain, double bytes);
 
