@@ -35,6 +35,18 @@ Record describe_gpu(const Gpu& g) {
   Record& link = r.object("interconnect");
   link.value("kind", Cell::text(g.interconnect));
   link.value("bytes_per_s", Cell::number(g.interconnect_bytes_per_s));
+  link.value("domain", g.scale_up_domain ? Cell::count(g.scale_up_domain) : Cell::empty());
+  link.value("latency_s", g.interconnect_latency_s > 0 ? Cell::seconds(g.interconnect_latency_s)
+                                                       : Cell::empty());
+  if (g.scale_out.bytes_per_s > 0) {
+    Record& nic = r.object("scale_out");
+    nic.value("kind", Cell::text(g.scale_out.kind));
+    nic.value("bytes_per_s", Cell::number(g.scale_out.bytes_per_s));
+    nic.value("latency_s",
+              g.scale_out.latency_s > 0 ? Cell::seconds(g.scale_out.latency_s) : Cell::empty());
+  } else {
+    r.value("scale_out", Cell::empty(), k_json_only);
+  }
   r.value("source", Cell::text(g.source), k_json_only);
   // The listing's own columns: the dense bf16 peak (fp16 where no bf16 is given), its ridge.
   r.value("bf16_flops_per_s", "bf16 dense", rate(bf16), k_tables_only);
@@ -43,6 +55,11 @@ Record describe_gpu(const Gpu& g) {
   r.value("ridge_bf16_flop_per_byte", "ridge bf16",
           Cell::number(*bf16 / g.memory_bandwidth_bytes_per_s), k_tables_only);
   r.value("interconnect", "link", Cell::text(g.interconnect), k_tables_only);
+  r.value("scale_up_domain", "domain",
+          g.scale_up_domain ? Cell::count(g.scale_up_domain) : Cell::empty(), k_tables_only);
+  r.value("scale_out_bytes_per_s", "NIC",
+          g.scale_out.bytes_per_s > 0 ? Cell::bytes_per_s(g.scale_out.bytes_per_s) : Cell::empty(),
+          k_tables_only);
   r.value("aliases", "aliases", Cell::text(words(g.aliases)), k_tables_only);
   return r;
 }
@@ -65,6 +82,8 @@ int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& err) {
                             {"ridge_bf16_flop_per_byte"},
                             {"sm_count"},
                             {"interconnect"},
+                            {"scale_up_domain"},
+                            {"scale_out_bytes_per_s"},
                             {"aliases"}});
   t.notes.push_back(std::to_string(catalog.gpus().size()) +
                     " GPUs; memory as the driver reports it; FLOP/s are dense peaks (no 2:4 "
