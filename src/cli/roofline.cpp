@@ -345,7 +345,7 @@ Record describe_op(const Op& o, double step_s) {
   if (o.collective) {
     const Collective& c = *o.collective;
     Record& x = r.object("collective");
-    x.value("algorithm", Cell::text(c.algorithm));
+    x.value("algorithm", Cell::text(std::string(c.algorithm)));
     x.value("count", Cell::number(o.collectives));
     x.value("group", Cell::count(c.group));
     x.value("domains", Cell::count(c.domains));
@@ -457,7 +457,7 @@ std::vector<std::string> explain_step(const Scenario& s, ByteUnits units) {
   auto bytes = [&](double v) { return format_cell(Cell::byte_estimate(v), units); };
   auto rate = [&](double v) { return format_cell(Cell::bytes_per_s(v), units); };
   auto describe = [&](const Collective& c) {
-    std::string line = c.algorithm + " over " + group_digits(c.group) + " GPUs";
+    std::string line = std::string(c.algorithm) + " over " + group_digits(c.group) + " GPUs";
     if (c.domains > 1) {
       line += " in " + group_digits(c.domains) + " domains of " + group_digits(c.group / c.domains);
     }

@@ -4,6 +4,7 @@
 /// "Collectives"). Pure functions of the topology, the group and the bytes.
 
 #include <string>
+#include <string_view>
 
 #include <kvcalc/core/checked.hpp>
 
