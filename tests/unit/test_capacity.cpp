@@ -6,6 +6,7 @@
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/model/loader.hpp>
 #include <kvcalc/model/registry.hpp>
+#include <kvcalc/plan/plan.hpp>
 #include <kvcalc/report/table.hpp>
 
 using namespace kvcalc;
@@ -469,4 +470,26 @@ TEST_CASE("a deployment is checked once and its counts derived", "[capacity][dep
   CHECK_THROWS_WITH(resolve_deployment(v3, {0, 3, 1, 0, 1, false}, std::nullopt),
                     Catch::Contains("128 query heads cannot be split over tensor parallel 3"));
   CHECK(resolve_deployment(v3, {0, 3, 1, 0, 1, true}, std::nullopt).attention_tp == 1);
+}
+
+TEST_CASE("a plan reads dp and redundant_experts into its deployment", "[plan][deployment]") {
+  plan::Plan p = plan::parse_plan("scenarios:\n"
+                                  "  - name: wide\n"
+                                  "    model: deepseek-v3\n"
+                                  "    gpu: h200\n"
+                                  "    gpus: 16\n"
+                                  "    tp: 16\n"
+                                  "    dp: 2\n"
+                                  "    ep: 16\n"
+                                  "    redundant_experts: 16\n"
+                                  "    require:\n"
+                                  "      - fits: true\n",
+                                  "plan.yaml");
+  REQUIRE(p.scenarios.size() == 1);
+  const kv::Parallelism& par = p.scenarios[0].request.parallel;
+  CHECK(par.dp == 2);
+  CHECK(par.redundant_experts == 16);
+  kv::Deployment d = kv::resolve_deployment(*find_builtin_model("deepseek-v3"), par, std::nullopt);
+  CHECK(d.attention_tp == 8);
+  CHECK(d.experts_per_rank == 17); // (256 + 16) / 16
 }
