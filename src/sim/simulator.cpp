@@ -149,6 +149,7 @@ public:
     if (m_c.preemption == Preemption::swap && !(m_c.swap_bytes_per_s > 0)) {
       throw InputError("--swap-bandwidth must be above 0");
     }
+    m_seq_limit = checked_mul(m_c.max_seqs, m_stages, "--max-seqs × pipeline stages");
     m_r.pool_blocks = m_pools.front().capacity;
     m_r.block_size = m_prefix_block > 0 ? m_prefix_block : m_c.block_size;
     m_next = m_source.next();
@@ -463,7 +464,7 @@ private:
 
     // Then waiting requests in arrival order, unless this step preempted (vLLM v1).
     while (!m_preempted_now && !m_waiting.empty() && budget > 0 &&
-           m_running.size() < m_c.max_seqs * m_stages) {
+           m_running.size() < m_seq_limit) {
       Seq& s = m_waiting.front();
       bool arriving = s.req.prefilled && s.generated == 0;
       if (arriving) {
@@ -662,6 +663,7 @@ private:
   /// Pipeline stages: a step advances pp micro-batches, each with the engine's token budget
   /// and sequence limit.
   u64 m_stages = 1;
+  u64 m_seq_limit = 0; ///< running sequences: max_seqs per micro-batch
   StepLoad m_load;
   double m_step_swap_s = 0;
   bool m_preempted_now = false;
