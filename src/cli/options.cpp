@@ -152,7 +152,8 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope
   add_count(cmd, "--nodes", p.nodes, "Nodes of the deployment: --gpus = nodes × --gpus-per-node")
       ->group(k_group_deployment);
   add_count(cmd, "--gpus-per-node", p.gpus_per_node,
-            "GPUs per node, with --nodes [default: 8]; the scale-up domain is the catalog's")
+            "GPUs per node, with --nodes [default: 8]; a node of fewer GPUs than the catalog's "
+            "scale-up domain is its own, unless the domain spans nodes (NVL72)")
       ->group(k_group_deployment);
   add_parsed(
       cmd, "--tp", p.tps,

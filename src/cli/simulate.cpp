@@ -217,6 +217,13 @@ ParallelOptions pool_options(const std::string& spec, const std::string& flag,
     return InputError(flag + " '" + spec + "': " + why +
                       "; write NODESxGPUS[:tpT][:ppP][:epE][:dp[N]], e.g. 4x8:ep32");
   };
+  auto size_of = [&](const std::string& part) {
+    u64 v = parse_count(part.substr(2), flag + " " + part.substr(0, 2));
+    if (v == 0) {
+      throw bad(part.substr(0, 2) + " must be at least 1");
+    }
+    return v;
+  };
   std::vector<std::string> parts;
   std::size_t start = 0;
   while (true) {
@@ -233,8 +240,8 @@ ParallelOptions pool_options(const std::string& spec, const std::string& flag,
   if (x == std::string::npos) {
     gpus = parse_count(size, flag);
   } else {
-    gpus = checked_mul(parse_count(size.substr(0, x), flag), parse_count(size.substr(x + 1), flag),
-                       flag);
+    p.gpus_per_node = parse_count(size.substr(x + 1), flag);
+    gpus = checked_mul(parse_count(size.substr(0, x), flag), p.gpus_per_node, flag);
   }
   if (gpus == 0) {
     throw bad("a pool needs at least one GPU");
@@ -245,13 +252,13 @@ ParallelOptions pool_options(const std::string& spec, const std::string& flag,
     if (part == "dp") {
       p.dp_attention = true;
     } else if (part.starts_with("dp")) {
-      p.dp = parse_count(part.substr(2), flag + " dp");
+      p.dp = size_of(part);
     } else if (part.starts_with("tp")) {
-      tp = parse_count(part.substr(2), flag + " tp");
+      tp = size_of(part);
     } else if (part.starts_with("pp")) {
-      p.pp = parse_count(part.substr(2), flag + " pp");
+      p.pp = size_of(part);
     } else if (part.starts_with("ep")) {
-      p.ep = parse_count(part.substr(2), flag + " ep");
+      p.ep = size_of(part);
     } else {
       throw bad("unknown part '" + part + "'");
     }
@@ -423,7 +430,7 @@ private:
 /// The instance `request` sizes, or why it does not fit.
 std::variant<SimConfig, std::string> instance_of(const CapacityRequest& request,
                                                  const SimulateArgs& args, const SimulateInputs& in,
-                                                 CapacityResult& capacity,
+                                                 u64 gpus_per_node, CapacityResult& capacity,
                                                  std::vector<std::string>& warnings) {
   capacity = compute_capacity(request);
   if (!capacity.fits) {
@@ -434,6 +441,7 @@ std::variant<SimConfig, std::string> instance_of(const CapacityRequest& request,
   DeviceRates device =
       in.profile ? device_rates(request.gpu, *in.profile)
                  : device_rates(request.gpu, in.efficiency.bandwidth, in.efficiency.flops);
+  device.links.domain = scale_up_domain(request.gpu, gpus_per_node);
   SimConfig c = instance_config(request, capacity, device, args.mla);
   c.preemption = args.preemption;
   c.swap_bytes_per_s = in.swap_bandwidth;
@@ -489,8 +497,8 @@ std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& 
     base.gpu = prefills[i].gpu.name;
     CapacityResult pc;
     CapacityResult dc;
-    auto prefill = instance_of(prefills[i], args, in, pc, warnings);
-    auto decode = instance_of(decodes[i], args, in, dc, warnings);
+    auto prefill = instance_of(prefills[i], args, in, in.prefill_pool->gpus_per_node, pc, warnings);
+    auto decode = instance_of(decodes[i], args, in, in.decode_pool->gpus_per_node, dc, warnings);
     base.engine = dc.engine;
     base.config.step.parallel = dc.parallel;
     if (auto* why = std::get_if<std::string>(&prefill)) {
@@ -508,6 +516,9 @@ std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& 
     const Topology& links = pools.prefill.step.rates.links;
     pools.transfer.bytes_per_token = static_cast<double>(pc.kv_bytes_per_token_per_gpu);
     pools.transfer.bytes_per_sequence = static_cast<double>(state_bytes(pc.cache_groups));
+    pools.transfer.receive_bytes_per_token = static_cast<double>(dc.kv_bytes_per_token_per_gpu);
+    pools.transfer.receive_bytes_per_sequence = static_cast<double>(state_bytes(dc.cache_groups));
+    pools.transfer.lanes = std::min(pc.kv_pools, dc.kv_pools);
     pools.transfer.bytes_per_s = links.out_bytes_per_s;
     pools.transfer.latency_s = links.out_latency_s;
     base.pools = pools;
@@ -548,7 +559,7 @@ std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInpu
   for (const auto& request : capacity_requests(models, args.cache, deployment, args.engine,
                                                args.block_size, devices, {}, std::nullopt)) {
     CapacityResult capacity;
-    auto instance = instance_of(request, args, in, capacity, warnings);
+    auto instance = instance_of(request, args, in, deployment.gpus_per_node, capacity, warnings);
     Scenario base;
     base.config.step.parallel = capacity.parallel;
     base.model = request.model.name;
@@ -632,7 +643,8 @@ Record describe_scenario(const Scenario& s, bool trace) {
   Record r;
   r.value("model", "model", Cell::text(s.model));
   r.value("gpu", "gpu", Cell::text(s.gpu));
-  r.value("gpus", Cell::count(c.step.parallel.gpus));
+  r.value("gpus",
+          Cell::count(c.step.parallel.gpus + (s.pools ? s.pools->prefill.step.parallel.gpus : 0)));
   r.value("tp", "tp", Cell::count(c.step.parallel.tp));
   if (!s.unfit.empty()) {
     r.value("engine", Cell::text(std::string(engine_name(s.engine))));

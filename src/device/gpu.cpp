@@ -30,6 +30,13 @@ std::optional<double> peak_flops(const PeakFlops& f, DType dtype) {
   return std::nullopt;
 }
 
+u64 scale_up_domain(const Gpu& gpu, u64 gpus_per_node) {
+  if (gpu.scale_up_domain == 0 || gpu.domain_spans_nodes || gpus_per_node == 0) {
+    return gpu.scale_up_domain;
+  }
+  return std::min(gpu.scale_up_domain, gpus_per_node);
+}
+
 namespace {
 
 using detail::MapReader;
@@ -92,7 +99,7 @@ Gpu read_gpu(const MapReader& r) {
   if (!link) {
     r.missing("interconnect", "kind and bytes_per_s of the GPU-to-GPU link");
   }
-  link->allow_only({"kind", "bytes_per_s", "domain", "latency_s"});
+  link->allow_only({"kind", "bytes_per_s", "domain", "spans_nodes", "latency_s"});
   g.interconnect = link->required_text("kind", "nvlink4, pcie5, infinity-fabric, ...");
   auto link_rate = link->device_rate("bytes_per_s");
   if (!link_rate) {
@@ -106,6 +113,7 @@ Gpu read_gpu(const MapReader& r) {
                              " (8 on an HGX board, 72 in an NVL72 "
                              "rack)");
   }
+  g.domain_spans_nodes = link->flag("spans_nodes").value_or(false);
   g.interconnect_latency_s = link_latency(*link);
   if (auto out = r.map("scale_out")) {
     out->allow_only({"kind", "bytes_per_s", "latency_s"});

@@ -75,8 +75,10 @@ Collective all_reduce(const Topology& t, u64 group, double bytes) {
   Collective across =
       flat_all_reduce(domains, bytes / d(local), t.out_bytes_per_s, t.out_latency_s);
   Collective c;
-  c.algorithm =
-      local > 1 ? "hierarchical (" + across.algorithm + " across domains)" : across.algorithm;
+  bool one_shot = across.algorithm == "one-shot";
+  c.algorithm = local == 1 ? across.algorithm
+                : one_shot ? "hierarchical, one-shot across domains"
+                           : "hierarchical, two-shot across domains";
   c.group = group;
   c.domains = domains;
   c.up_bytes = local > 1 ? 2 * d(local - 1) / d(local) * bytes : 0;
@@ -108,7 +110,8 @@ Collective all_to_all(const Topology& t, u64 group, double bytes) {
   return c;
 }
 
-Collective expert_exchange(const Topology& t, u64 group, double tokens, double k, double bytes) {
+Collective expert_exchange(const Topology& t, u64 group, double tokens, double k, double bytes,
+                           u64 local) {
   Collective c;
   c.group = group;
   c.algorithm = "deduplicated by domain";
@@ -116,7 +119,7 @@ Collective expert_exchange(const Topology& t, u64 group, double tokens, double k
     c.algorithm = "none";
     return c;
   }
-  u64 local = group_in_domain(t, group);
+  local = local == 0 ? group_in_domain(t, group) : local;
   c.domains = group / local;
   double n = d(c.domains);
   double g = d(group);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
@@ -162,6 +163,24 @@ private:
 
 } // namespace
 
+StepLoad StepLoad::scaled_attention(double f) const {
+  StepLoad out = *this;
+  auto scale = [f](AttentionSums& x) {
+    x.query *= f;
+    x.attended *= f;
+    x.held *= f;
+  };
+  out.attention_tokens *= f;
+  out.sequences *= f;
+  for (AttentionLoad* path : {&out.absorbed, &out.naive}) {
+    for (AttentionSums& k : path->kinds) {
+      scale(k);
+    }
+  }
+  scale(out.indexer);
+  return out;
+}
+
 StepLoad StepLoad::scaled(double f) const {
   StepLoad out = *this;
   auto scale = [f](AttentionSums& x) {
@@ -245,6 +264,17 @@ StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft
   m_expert_copies = par.ep > par.tp ? d(par.ep) / d(par.tp) : 1.0;
   m_all_to_all = deployment.expert_all_to_all;
   m_domain_copy = par.tp * par.pp;
+  // Copies are placed whole, one after another: an expert group of one stage takes tp GPUs
+  // from each of ep / tp copies, so under pp its GPUs in one domain are the stage's of the
+  // copies that domain holds.
+  u64 domain = req.rates.links.domain;
+  if (domain == 0 || par.pp == 1) {
+    m_expert_local = group_in_domain(req.rates.links, par.ep);
+  } else if (m_domain_copy <= domain) {
+    m_expert_local = std::gcd(par.ep, par.tp * (domain / m_domain_copy));
+  } else {
+    m_expert_local = std::gcd(par.ep, std::gcd(par.tp, domain));
+  }
 
   // This GPU: ⌈layers / pp⌉ layers, its share of heads and states; the cache as it holds it.
   CacheLayout layout;
@@ -626,8 +656,9 @@ template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const
       u64 group = static_cast<u64>(m_ep);
       const Topology& links = m_req.rates.links;
       op.collective("moe.dispatch", m_dispatch_dtype,
-                    expert_exchange(links, group, sent, k, m_dispatch_bytes), ml);
-      op.collective("moe.combine", m.dtype, expert_exchange(links, group, sent, k, h * w), ml);
+                    expert_exchange(links, group, sent, k, m_dispatch_bytes, m_expert_local), ml);
+      op.collective("moe.combine", m.dtype,
+                    expert_exchange(links, group, sent, k, h * w, m_expert_local), ml);
     }
   }
   if (m_req.communication && m_attention_tp > 1) {
@@ -708,12 +739,13 @@ Collective StepCost::stage_transfer(const StepLoad& load) const {
               load.attention_tokens * d(m_req.model.hidden_size) * w / m_attention_tp);
 }
 
-double StepCost::pipeline_time_s(const StepLoad& load) const {
+double StepCost::pipeline_time_s(const StepLoad& load, u64 sequences) const {
   u64 pp = m_req.parallel.pp;
   if (pp <= 1) {
     return time_s(load);
   }
-  StepLoad micro = load.scaled(1.0 / d(pp));
+  u64 micro_batches = std::clamp<u64>(sequences, 1, pp);
+  StepLoad micro = load.scaled(1.0 / d(micro_batches));
   double transfer = m_req.communication ? stage_transfer(micro).time_s : 0;
   return d(pp) * time_s(micro) + d(pp - 1) * transfer;
 }
@@ -808,9 +840,9 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   // pp micro-batches are in flight. Decode waits for its own last stage before its next step;
   // prefill streams, one micro-batch per stage time.
   double transfer = 0;
-  if (par.pp > 1) {
+  if (par.pp > 1 && req.communication) {
     out.stage_transfer = cost.stage_transfer(load);
-    transfer = req.communication ? out.stage_transfer->time_s : 0;
+    transfer = out.stage_transfer->time_s;
   }
   double pp = d(par.pp);
   out.time_s = pp * out.stage_s + (pp - 1) * transfer;

@@ -185,6 +185,18 @@ private:
       Request r = *m_next;
       m_next = m_source.next();
       ++m_r.requests_arrived;
+      if (r.prefilled && r.output_tokens == 1) {
+        // Its one token came with the cache: done on arrival, holding no slot.
+        ++m_r.requests_completed;
+        m_r.input_tokens += r.prompt_tokens;
+        m_r.output_tokens += 1;
+        m_ttft.add(r.arrival_s - r.origin_s);
+        m_e2e.add(r.arrival_s - r.origin_s);
+        if (m_on_complete) {
+          m_on_complete(r, r.arrival_s, r.arrival_s);
+        }
+        continue;
+      }
       u64 total = checked_add(r.prompt_tokens, r.output_tokens);
       if (m_c.max_context > 0 && total > m_c.max_context) {
         ++m_r.requests_rejected;
@@ -203,21 +215,6 @@ private:
       if (!fits) {
         ++m_r.requests_rejected;
         ++m_r.rejected_pool;
-        continue;
-      }
-      if (r.prefilled && r.output_tokens == 1) {
-        // Its one token came with the cache: done on arrival.
-        Seq s;
-        s.req = r;
-        s.first_token_s = r.arrival_s;
-        ++m_r.requests_completed;
-        m_r.input_tokens += r.prompt_tokens;
-        m_r.output_tokens += 1;
-        m_ttft.add(r.arrival_s - r.origin_s);
-        m_e2e.add(r.arrival_s - r.origin_s);
-        if (m_on_complete) {
-          m_on_complete(r, r.arrival_s, r.arrival_s);
-        }
         continue;
       }
       Seq s;
@@ -463,8 +460,7 @@ private:
     }
 
     // Then waiting requests in arrival order, unless this step preempted (vLLM v1).
-    while (!m_preempted_now && !m_waiting.empty() && budget > 0 &&
-           m_running.size() < m_seq_limit) {
+    while (!m_preempted_now && !m_waiting.empty() && budget > 0 && m_running.size() < m_seq_limit) {
       Seq& s = m_waiting.front();
       bool arriving = s.req.prefilled && s.generated == 0;
       if (arriving) {
@@ -490,7 +486,7 @@ private:
         m_step_swap_s += swap_time(s.computed);
         m_stored += s.computed;
         s.swapped = false;
-      } else if (s.computed > 0) {
+      } else if (s.computed > 0 && !arriving) {
         m_r.prefix_hit_tokens += s.computed;
       }
       if (s.admitted_s < 0) {
@@ -510,7 +506,14 @@ private:
       throw Error("internal error: the simulator's scheduler made no progress");
     }
 
-    double duration = m_cost.pipeline_time_s(m_load) + m_step_swap_s;
+    // Attention groups take whole sequences: the busiest of dp holds ⌈n / dp⌉ of the n, where
+    // each sequence was added at 1/dp.
+    u64 n = m_scheduled.size();
+    double dp = std::round(1.0 / m_cost.attention_share());
+    double busiest =
+        dp > 1 ? std::ceil(static_cast<double>(n) / dp) * dp / static_cast<double>(n) : 1.0;
+    StepLoad priced = busiest > 1 ? m_load.scaled_attention(busiest) : m_load;
+    double duration = m_cost.pipeline_time_s(priced, n) + m_step_swap_s;
     double end = now + duration;
     u64 running_during = m_running.size();
     double occupancy = 0;
@@ -692,8 +695,10 @@ SimResult simulate(const SimConfig& config, RequestSource& source,
 }
 
 double KvTransfer::time_s(u64 prompt_tokens) const {
-  double bytes = static_cast<double>(prompt_tokens) * bytes_per_token + bytes_per_sequence;
-  return latency_s + bytes / bytes_per_s;
+  double tokens = static_cast<double>(prompt_tokens);
+  double sent = tokens * bytes_per_token + bytes_per_sequence;
+  double taken = tokens * receive_bytes_per_token + receive_bytes_per_sequence;
+  return latency_s + std::max(sent, taken) / bytes_per_s;
 }
 
 namespace {
@@ -753,14 +758,18 @@ DisaggregatedResult simulate_disaggregated(const SimConfig& prefill, const SimCo
   PrefillSource cut(source);
   std::vector<Request> handed;
   LatencyHistogram moved;
+  // Caches leave in the order their first tokens come, each on the lane free first.
+  std::vector<double> lanes(std::max<u64>(transfer.lanes, 1), 0.0);
   out.prefill = simulate(prefill, cut, {}, [&](const Request& r, double, double end) {
     Request next = r;
     next.output_tokens = cut.output_of(r);
     next.prefilled = true;
     next.origin_s = r.arrival_s;
-    double t = transfer.time_s(r.prompt_tokens);
-    moved.add(t);
-    next.arrival_s = end + t;
+    auto lane = std::min_element(lanes.begin(), lanes.end());
+    double arrives = std::max(end, *lane) + transfer.time_s(r.prompt_tokens);
+    *lane = arrives;
+    moved.add(arrives - end);
+    next.arrival_s = arrives;
     handed.push_back(next);
   });
   out.transfer = moved.summary();
@@ -777,7 +786,16 @@ DisaggregatedResult simulate_disaggregated(const SimConfig& prefill, const SimCo
   r.rejected_context = out.prefill.rejected_context + out.decode.rejected_context;
   r.preemptions = out.prefill.preemptions + out.decode.preemptions;
   r.steps = out.prefill.steps + out.decode.steps;
+  r.busy_s = out.prefill.busy_s + out.decode.busy_s;
+  r.swap_s = out.prefill.swap_s + out.decode.swap_s;
   r.computed_tokens = out.prefill.computed_tokens + out.decode.computed_tokens;
+  r.mean_step_tokens =
+      r.steps > 0 ? static_cast<double>(r.computed_tokens) / static_cast<double>(r.steps) : 0;
+  // Both pools run at once: their sequences add up, their occupancies are each pool's own.
+  r.peak_running = out.prefill.peak_running + out.decode.peak_running;
+  r.mean_running = out.prefill.mean_running + out.decode.mean_running;
+  r.kv_peak = std::max(out.prefill.kv_peak, out.decode.kv_peak);
+  r.kv_mean = std::max(out.prefill.kv_mean, out.decode.kv_mean);
   r.recomputed_tokens = out.prefill.recomputed_tokens + out.decode.recomputed_tokens;
   r.prefix_hit_tokens = out.prefill.prefix_hit_tokens;
   r.first_arrival_s = out.prefill.first_arrival_s;

@@ -490,3 +490,38 @@ TEST_CASE("attention groups: dp groups of tp / dp GPUs", "[roofline][deployment]
   req.parallel.dp = 3;
   CHECK_THROWS_WITH(compute_roofline(req), Catch::Contains("--dp 3 must divide --tp 16"));
 }
+
+// A node of fewer GPUs than a board-scale domain makes the domain the node; an NVL72 rack's
+// domain spans its trays of 4.
+TEST_CASE("nodes shape the scale-up domain where it is one node's", "[roofline][deployment]") {
+  CHECK(scale_up_domain(catalog_gpu("h100-sxm"), 8) == 8);
+  CHECK(scale_up_domain(catalog_gpu("h100-sxm"), 4) == 4);
+  CHECK(scale_up_domain(catalog_gpu("h100-sxm"), 16) == 8);
+  CHECK(scale_up_domain(catalog_gpu("gb200"), 4) == 72);
+  CHECK(scale_up_domain(catalog_gpu("h100-nvl"), 8) == 2);
+  // Llama-3.1-70B at tp 8 over two nodes of 4: the all-reduce leaves each node.
+  auto req = request("llama-3.1-70b", "h100-sxm", 64, 4096);
+  req.parallel.tp = 8;
+  req.rates.links.domain = scale_up_domain(req.gpu, 4);
+  const Op& reduce = find_op(compute_roofline(req), "tp.all_reduce");
+  CHECK(reduce.collective->domains == 2);
+  CHECK(reduce.collective->out_bytes > 0);
+}
+
+// Copies placed whole on 8-GPU boards, tp 4 × pp 2 each: a stage's expert group of ep 8 takes 4
+// GPUs from each of two copies, one copy per board, so half its peers are on the other board.
+TEST_CASE("under pp an expert group spans the boards of its copies", "[roofline][deployment]") {
+  auto req = request("deepseek-v3", "h100-sxm", 64, 4096);
+  req.parallel.gpus = 16;
+  req.parallel.tp = 4;
+  req.parallel.pp = 2;
+  req.parallel.ep = 8;
+  const Op& dispatch = find_op(compute_roofline(req), "moe.dispatch");
+  CHECK(dispatch.collective->domains == 2);
+  CHECK(dispatch.collective->out_bytes > 0);
+  req.parallel.pp = 1;
+  req.parallel.gpus = 8;
+  req.parallel.tp = 4;
+  req.parallel.ep = 8;
+  CHECK(find_op(compute_roofline(req), "moe.dispatch").collective->domains == 1);
+}

@@ -523,7 +523,7 @@ TEST_CASE("latency percentiles within 0.1%; the timeline keeps its totals", "[si
 TEST_CASE("disaggregated prefill and decode: TTFT through the transfer, decode in its pool",
           "[sim][disaggregated]") {
   SimConfig pool = config("llama-3.1-8b", "h100-sxm", 1);
-  KvTransfer transfer{131072, 0, 50e9, 2.7e-6};
+  KvTransfer transfer{131072, 0, 131072, 0, 50e9, 2.7e-6, 1};
   roofline::StepCost cost(pool.step);
   roofline::StepLoad prefill;
   cost.add(prefill, Phase::prefill, 2000, 0, 1, 1);
@@ -565,7 +565,25 @@ TEST_CASE("disaggregated prefill and decode: TTFT through the transfer, decode i
   CHECK(s.decode.steps == 0);
   CHECK(s.requests.ttft.mean == Approx(s.requests.e2e.mean));
 
-  KvTransfer none{131072, 0, 0, 0};
+  // The receiving side counts: a decode GPU that holds 8 × the sender's share takes 8 × as long.
+  KvTransfer fan_in{16384, 0, 131072, 0, 50e9, 2.7e-6, 1};
+  CHECK(fan_in.time_s(2000) == Approx(moved));
+  // Caches that leave together queue on the one lane: the fourth arrives after four transfers.
+  ListSource four(
+      {{0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}});
+  SimConfig wide = pool;
+  wide.max_batched_tokens = 8192;
+  DisaggregatedResult q = simulate_disaggregated(wide, pool, transfer, four);
+  CHECK(q.prefill.steps == 1);
+  CHECK(q.transfer.max == Approx(4 * moved).epsilon(0.001));
+  KvTransfer two_lanes = transfer;
+  two_lanes.lanes = 2;
+  ListSource again4(
+      {{0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}});
+  CHECK(simulate_disaggregated(wide, pool, two_lanes, again4).transfer.max ==
+        Approx(2 * moved).epsilon(0.001));
+
+  KvTransfer none{131072, 0, 131072, 0, 0, 0, 1};
   ListSource again({{0.0, 100, 2, 0, 0}});
   CHECK_THROWS_WITH(simulate_disaggregated(pool, pool, none, again), Catch::Contains("scale_out"));
 }
@@ -587,7 +605,41 @@ TEST_CASE("pipeline parallel: micro-batches in flight, each with the engine's li
   roofline::StepLoad load;
   cost.add(load, Phase::decode, 1, 101, 16, 16);
   roofline::StepLoad micro = load.scaled(0.5);
-  CHECK(cost.pipeline_time_s(load) ==
+  CHECK(cost.pipeline_time_s(load, 16) ==
         Approx(2 * cost.time_s(micro) + cost.stage_transfer(micro).time_s));
-  CHECK(steps[2].duration_s == Approx(cost.pipeline_time_s(load)).epsilon(1e-9));
+  CHECK(steps[2].duration_s == Approx(cost.pipeline_time_s(load, 16)).epsilon(1e-9));
+  // A lone prompt is not split: it crosses both stages whole, so its TTFT is the roofline's
+  // two stages of the prompt plus one hand-over.
+  roofline::StepLoad prompt;
+  cost.add(prompt, Phase::prefill, 8000, 0, 1, 1);
+  double ttft = 2 * cost.time_s(prompt) + cost.stage_transfer(prompt).time_s;
+  CHECK(cost.pipeline_time_s(prompt, 1) == Approx(ttft));
+  SimConfig big = c;
+  big.max_batched_tokens = 8192;
+  SimResult lone = run(big, {{0.0, 8000, 1, 0, 0}});
+  CHECK(lone.ttft.mean == Approx(ttft).epsilon(1e-9));
+  roofline::RooflineRequest q1 = c.step;
+  q1.phase = Phase::prefill;
+  q1.context = 8000;
+  q1.batch = 1;
+  CHECK(lone.ttft.mean == Approx(roofline::compute_roofline(q1).time_per_token_s).epsilon(1e-9));
+}
+
+// Attention data parallel over 8 groups: a single sequence sits in one group, which prices its
+// attention whole (the roofline's ⌈B / dp⌉), not spread 1/8 over all.
+TEST_CASE("dp-attention: the busiest group takes whole sequences", "[sim][deployment]") {
+  kv::CapacityRequest q = capacity_request("deepseek-v3", "h200", 8);
+  q.parallel.dp_attention = true;
+  SimConfig c = instance_config(q, kv::compute_capacity(q), roofline::device_rates(q.gpu),
+                                MlaMode::automatic);
+  std::vector<StepRecord> steps;
+  SimResult r = run(c, {{0.0, 20000, 3, 0, 0}}, [&](const StepRecord& s) { steps.push_back(s); });
+  REQUIRE(r.requests_completed == 1);
+  REQUIRE(steps.size() == 5); // 3 prompt chunks of up to 8,192, then 2 decodes
+  roofline::RooflineRequest d = c.step;
+  d.phase = Phase::decode;
+  d.batch = 1;
+  d.context = 20001;
+  CHECK(steps[3].decode_tokens == 1);
+  CHECK(steps[3].duration_s == Approx(roofline::compute_roofline(d).time_s).epsilon(1e-9));
 }

@@ -65,6 +65,9 @@ struct Gpu {
   double interconnect_bytes_per_s = 0; ///< per GPU, both directions, as the vendor states it
   /// GPUs the interconnect joins: 8 on an HGX board, 72 in an NVL72 rack; 0: not stated.
   u64 scale_up_domain = 0;
+  /// The domain joins several nodes (an NVL72 rack's trays); else it is one node's, and nodes
+  /// of fewer GPUs make it smaller.
+  bool domain_spans_nodes = false;
   double interconnect_latency_s = 0; ///< one message over it (a collective step's α)
   NetworkLink scale_out;             ///< to GPUs outside the domain
   std::string source;
@@ -75,6 +78,10 @@ struct Gpu {
 [[nodiscard]] inline std::optional<double> peak_flops(const Gpu& gpu, DType dtype) {
   return peak_flops(gpu.flops_per_s, dtype);
 }
+
+/// GPUs of one scale-up domain in a deployment of nodes of `gpus_per_node`: the catalog's, or
+/// the node where the domain is one node's and the node is smaller; 0 when not stated.
+[[nodiscard]] u64 scale_up_domain(const Gpu& gpu, u64 gpus_per_node);
 
 /// Parses a catalog (`gpus:` list, docs/gpu-catalog.md); errors are located InputErrors.
 [[nodiscard]] std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& file);

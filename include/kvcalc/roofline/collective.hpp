@@ -22,13 +22,13 @@ struct Topology {
 
 /// What one collective costs one GPU.
 struct Collective {
-  std::string algorithm; ///< "one-shot", "two-shot", "hierarchical", "direct", ...
-  u64 group = 1;         ///< GPUs taking part
-  u64 domains = 1;       ///< scale-up domains they span
-  double up_bytes = 0;   ///< this GPU sends over the scale-up link
-  double out_bytes = 0;  ///< this GPU sends over its NIC
-  double latency_s = 0;  ///< Σ α of its steps
-  double time_s = 0;     ///< latency + the slower link's bytes / rate
+  std::string_view algorithm; ///< "one-shot", "two-shot", ... (a static string)
+  u64 group = 1;              ///< GPUs taking part
+  u64 domains = 1;            ///< scale-up domains they span
+  double up_bytes = 0;        ///< this GPU sends over the scale-up link
+  double out_bytes = 0;       ///< this GPU sends over its NIC
+  double latency_s = 0;       ///< Σ α of its steps
+  double time_s = 0;          ///< latency + the slower link's bytes / rate
   /// "nvlink"-style name of the links crossed: "scale-up", "scale-out" or "scale-up+out".
   [[nodiscard]] std::string link() const;
 };
@@ -53,8 +53,10 @@ struct Collective {
 /// its experts, (N − 1)·(1 − (1 − 1/N)^k) of the N domains on average, and is forwarded inside
 /// it over the scale-up link (DeepEP's normal kernels); copies for its own domain go over the
 /// scale-up link directly. The two links work at once.
+/// `local`: the group's GPUs in one domain, where a placement other than packing sets it (0:
+/// packed, group_in_domain).
 [[nodiscard]] Collective expert_exchange(const Topology& t, u64 group, double tokens, double k,
-                                         double bytes);
+                                         double bytes, u64 local = 0);
 
 /// `bytes` from one GPU to another, over the NIC when `crosses_domain`.
 [[nodiscard]] Collective send(const Topology& t, bool crosses_domain, double bytes);

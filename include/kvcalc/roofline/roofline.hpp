@@ -167,6 +167,9 @@ struct AttentionLoad {
 struct StepLoad {
   /// The same load with every sum times `f` (one of two micro-batches: 0.5).
   [[nodiscard]] StepLoad scaled(double f) const;
+  /// The same load with the sums of the attention group's side (its tokens, sequences and
+  /// attention sums) times `f`: the busiest group's share where sequences do not spread evenly.
+  [[nodiscard]] StepLoad scaled_attention(double f) const;
 
   double tokens = 0;           ///< new tokens through the linear layers of the copy (Σ s)
   double logits = 0;           ///< rows of the LM head
@@ -203,9 +206,10 @@ public:
   /// A micro-batch `load` handing its hidden states on at one stage boundary: over NVLink while
   /// the copy fits one scale-up domain, else over the NIC.
   [[nodiscard]] Collective stage_transfer(const StepLoad& load) const;
-  /// Seconds for every sequence of `load` to advance one step under pipeline parallel: pp
-  /// micro-batches of 1/pp of it cross the pp stages, with pp − 1 transfers (time_s at pp 1).
-  [[nodiscard]] double pipeline_time_s(const StepLoad& load) const;
+  /// Seconds for every one of `sequences` sequences in `load` to advance one step under
+  /// pipeline parallel: m = min(pp, sequences) micro-batches of 1/m of the load each cross the
+  /// pp stages, with pp − 1 transfers; a sequence is never split (time_s at pp 1).
+  [[nodiscard]] double pipeline_time_s(const StepLoad& load, u64 sequences) const;
 
   /// Fraction of the copy's sequences whose attention one GPU runs (1/tp with dp-attention).
   [[nodiscard]] double attention_share() const { return m_attention_share; }
@@ -274,6 +278,7 @@ private:
   double m_dispatch_bytes = 0; ///< one token's hidden state as dispatched
   DType m_dispatch_dtype = DType::bf16;
   u64 m_domain_copy = 0;             ///< GPUs of one copy, tp × pp
+  u64 m_expert_local = 0;            ///< GPUs of one expert group that share a scale-up domain
   DType m_attn_math = DType::bf16;   ///< dtype of the attention and dense matmuls
   DType m_expert_math = DType::bf16; ///< dtype of the expert matmuls
   DType m_absorb_math = DType::bf16; ///< dtype of W_UK / W_UV

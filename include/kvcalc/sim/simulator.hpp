@@ -118,13 +118,19 @@ using OnComplete = std::function<void(const Request&, double first_token_s, doub
                                  const std::function<void(const StepRecord&)>& on_step = {},
                                  const OnComplete& on_complete = {});
 
-/// How a request's cache moves from the prefill pool to the decode pool: every GPU of the
-/// prefill pool sends its own share over its NIC, all at once (docs/simulate.md).
+/// How a request's cache moves from the prefill pool to the decode pool: each GPU holding it
+/// sends its own share over its NIC, and each GPU that will hold it takes its share in over its
+/// own, all at once; the slower side sets the time (docs/simulate.md).
 struct KvTransfer {
-  double bytes_per_token = 0;    ///< KV of one prompt token on one prefill GPU
-  double bytes_per_sequence = 0; ///< per-sequence state on one prefill GPU
-  double bytes_per_s = 0;        ///< the NIC, one direction
-  double latency_s = 0;          ///< α of one message
+  double bytes_per_token = 0;            ///< KV of one prompt token on one prefill GPU
+  double bytes_per_sequence = 0;         ///< per-sequence state on one prefill GPU
+  double receive_bytes_per_token = 0;    ///< KV of one prompt token on one decode GPU
+  double receive_bytes_per_sequence = 0; ///< per-sequence state on one decode GPU
+  double bytes_per_s = 0;                ///< the NIC, one direction
+  double latency_s = 0;                  ///< α of one message
+  /// Caches that cross at once: one per attention group of the smaller pool, each group's
+  /// NICs carrying one cache at a time.
+  u64 lanes = 1;
   [[nodiscard]] double time_s(u64 prompt_tokens) const;
 };
 
