@@ -96,14 +96,15 @@ std::optional<u64> ParallelOptions::deployment_gpus() const {
   if (!nodes) {
     return gpu_count;
   }
-  if (*nodes == 0 || gpus_per_node == 0) {
+  u64 per_node = gpus_per_node.value_or(8);
+  if (*nodes == 0 || per_node == 0) {
     throw InputError("--nodes and --gpus-per-node must be at least 1");
   }
-  u64 total = checked_mul(*nodes, gpus_per_node, "--nodes × --gpus-per-node");
+  u64 total = checked_mul(*nodes, per_node, "--nodes × --gpus-per-node");
   if (gpu_count && *gpu_count != total) {
     throw InputError("--gpus " + group_digits(*gpu_count) + " and --nodes " + group_digits(*nodes) +
-                     " × --gpus-per-node " + group_digits(gpus_per_node) + " = " +
-                     group_digits(total) + " disagree; give one of them");
+                     " × --gpus-per-node " + group_digits(per_node) + " = " + group_digits(total) +
+                     " disagree; give one of them");
   }
   return total;
 }
@@ -152,8 +153,9 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope
   add_count(cmd, "--nodes", p.nodes, "Nodes of the deployment: --gpus = nodes × --gpus-per-node")
       ->group(k_group_deployment);
   add_count(cmd, "--gpus-per-node", p.gpus_per_node,
-            "GPUs per node, with --nodes [default: 8]; a node of fewer GPUs than the catalog's "
-            "scale-up domain is its own, unless the domain spans nodes (NVL72)")
+            "GPUs per node: with --nodes the deployment is nodes × this [default: 8]; a node "
+            "of fewer GPUs than the catalog's scale-up domain is its own domain, unless the "
+            "domain spans nodes (NVL72)")
       ->group(k_group_deployment);
   add_parsed(
       cmd, "--tp", p.tps,

@@ -131,9 +131,12 @@ struct ParallelOptions {
   std::vector<std::string> gpus; ///< --gpu, a list sweeps; `auto`: a profile's device
   bool gpu_given = false;        ///< --gpu on the command line (else a profile's own device)
   std::string gpu_file;
-  std::optional<u64> gpu_count; ///< --gpus; unset: tp × pp
-  std::optional<u64> nodes;     ///< --nodes: gpus = nodes × gpus_per_node
-  u64 gpus_per_node = 8;
+  std::optional<u64> gpu_count;     ///< --gpus; unset: tp × pp
+  std::optional<u64> nodes;         ///< --nodes: gpus = nodes × gpus_per_node
+  std::optional<u64> gpus_per_node; ///< --gpus-per-node: 8 for --nodes; shapes the domain
+
+  /// GPUs of a node where the options say (a node shapes the scale-up domain); 0: not said.
+  [[nodiscard]] u64 node_gpus() const { return gpus_per_node.value_or(0); }
   std::vector<u64> tps{1}; ///< --tp, a list sweeps
   bool tp_given = false;
   u64 pp = 1;

@@ -262,7 +262,7 @@ std::vector<RooflineRequest> base_requests(const RooflineArgs& args, const Roofl
         req.gpu = gpu;
         req.rates = in.profile ? device_rates(gpu, *in.profile)
                                : device_rates(gpu, in.efficiency.bandwidth, in.efficiency.flops);
-        req.rates.links.domain = scale_up_domain(gpu, args.parallel.gpus_per_node);
+        req.rates.links.domain = scale_up_domain(gpu, args.parallel.node_gpus());
         req.cache = args.cache;
         req.weight_dtype = args.parallel.weight_dtype;
         req.parallel.gpus = args.parallel.deployment_gpus().value_or(0);

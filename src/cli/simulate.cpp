@@ -241,7 +241,7 @@ ParallelOptions pool_options(const std::string& spec, const std::string& flag,
     gpus = parse_count(size, flag);
   } else {
     p.gpus_per_node = parse_count(size.substr(x + 1), flag);
-    gpus = checked_mul(parse_count(size.substr(0, x), flag), p.gpus_per_node, flag);
+    gpus = checked_mul(parse_count(size.substr(0, x), flag), *p.gpus_per_node, flag);
   }
   if (gpus == 0) {
     throw bad("a pool needs at least one GPU");
@@ -497,8 +497,8 @@ std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& 
     base.gpu = prefills[i].gpu.name;
     CapacityResult pc;
     CapacityResult dc;
-    auto prefill = instance_of(prefills[i], args, in, in.prefill_pool->gpus_per_node, pc, warnings);
-    auto decode = instance_of(decodes[i], args, in, in.decode_pool->gpus_per_node, dc, warnings);
+    auto prefill = instance_of(prefills[i], args, in, in.prefill_pool->node_gpus(), pc, warnings);
+    auto decode = instance_of(decodes[i], args, in, in.decode_pool->node_gpus(), dc, warnings);
     base.engine = dc.engine;
     base.config.step.parallel = dc.parallel;
     if (auto* why = std::get_if<std::string>(&prefill)) {
@@ -518,7 +518,8 @@ std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& 
     pools.transfer.bytes_per_sequence = static_cast<double>(state_bytes(pc.cache_groups));
     pools.transfer.receive_bytes_per_token = static_cast<double>(dc.kv_bytes_per_token_per_gpu);
     pools.transfer.receive_bytes_per_sequence = static_cast<double>(state_bytes(dc.cache_groups));
-    pools.transfer.lanes = std::min(pc.kv_pools, dc.kv_pools);
+    pools.transfer.send_lanes = pc.kv_pools;
+    pools.transfer.receive_lanes = dc.kv_pools;
     pools.transfer.bytes_per_s = links.out_bytes_per_s;
     pools.transfer.latency_s = links.out_latency_s;
     base.pools = pools;
@@ -559,7 +560,7 @@ std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInpu
   for (const auto& request : capacity_requests(models, args.cache, deployment, args.engine,
                                                args.block_size, devices, {}, std::nullopt)) {
     CapacityResult capacity;
-    auto instance = instance_of(request, args, in, deployment.gpus_per_node, capacity, warnings);
+    auto instance = instance_of(request, args, in, deployment.node_gpus(), capacity, warnings);
     Scenario base;
     base.config.step.parallel = capacity.parallel;
     base.model = request.model.name;

@@ -31,10 +31,10 @@ std::optional<double> peak_flops(const PeakFlops& f, DType dtype) {
 }
 
 u64 scale_up_domain(const Gpu& gpu, u64 gpus_per_node) {
-  if (gpu.scale_up_domain == 0 || gpu.domain_spans_nodes || gpus_per_node == 0) {
+  if (gpus_per_node == 0 || gpu.domain_spans_nodes) {
     return gpu.scale_up_domain;
   }
-  return std::min(gpu.scale_up_domain, gpus_per_node);
+  return gpu.scale_up_domain == 0 ? gpus_per_node : std::min(gpu.scale_up_domain, gpus_per_node);
 }
 
 namespace {

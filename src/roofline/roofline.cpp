@@ -265,15 +265,16 @@ StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft
   m_all_to_all = deployment.expert_all_to_all;
   m_domain_copy = par.tp * par.pp;
   // Copies are placed whole, one after another: an expert group of one stage takes tp GPUs
-  // from each of ep / tp copies, so under pp its GPUs in one domain are the stage's of the
-  // copies that domain holds.
+  // from each of ep / tp copies, so under pp a domain holds the stage's GPUs of the
+  // ⌊D / (tp·pp)⌋ copies in it; a group that fits them stays inside, a larger one spans domains
+  // of that many (or, where a copy is larger than a domain, of the stage's GPUs in one).
   u64 domain = req.rates.links.domain;
   if (domain == 0 || par.pp == 1) {
     m_expert_local = group_in_domain(req.rates.links, par.ep);
-  } else if (m_domain_copy <= domain) {
-    m_expert_local = std::gcd(par.ep, par.tp * (domain / m_domain_copy));
   } else {
-    m_expert_local = std::gcd(par.ep, std::gcd(par.tp, domain));
+    u64 per_domain =
+        m_domain_copy <= domain ? par.tp * (domain / m_domain_copy) : std::gcd(par.tp, domain);
+    m_expert_local = par.ep <= per_domain ? par.ep : std::gcd(par.ep, per_domain);
   }
 
   // This GPU: ⌈layers / pp⌉ layers, its share of heads and states; the cache as it holds it.

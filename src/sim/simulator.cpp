@@ -506,12 +506,14 @@ private:
       throw Error("internal error: the simulator's scheduler made no progress");
     }
 
-    // Attention groups take whole sequences: the busiest of dp holds ⌈n / dp⌉ of the n, where
-    // each sequence was added at 1/dp.
+    // Whole sequences: a step's n split into m = min(pp, n) micro-batches of ⌈n / m⌉, each
+    // spread over dp attention groups whose busiest holds ⌈⌈n / m⌉ / dp⌉ (each sequence was
+    // added at 1/dp of its attention).
     u64 n = m_scheduled.size();
     double dp = std::round(1.0 / m_cost.attention_share());
-    double busiest =
-        dp > 1 ? std::ceil(static_cast<double>(n) / dp) * dp / static_cast<double>(n) : 1.0;
+    double m = static_cast<double>(std::clamp<u64>(n, 1, m_stages));
+    double micro = std::ceil(static_cast<double>(n) / m);
+    double busiest = dp > 1 ? std::ceil(micro / dp) * dp * m / static_cast<double>(n) : 1.0;
     StepLoad priced = busiest > 1 ? m_load.scaled_attention(busiest) : m_load;
     double duration = m_cost.pipeline_time_s(priced, n) + m_step_swap_s;
     double end = now + duration;
@@ -663,8 +665,8 @@ private:
   /// Blocks of the first pool's full layers held by running sequences and ready prefixes
   /// (each prefix once): the slots the fragmentation figure compares with m_stored.
   u64 m_full_blocks = 0;
-  /// Pipeline stages: a step advances pp micro-batches, each with the engine's token budget
-  /// and sequence limit.
+  /// Pipeline stages: a step advances up to pp micro-batches (never splitting a sequence), each
+  /// with the engine's token budget and sequence limit.
   u64 m_stages = 1;
   u64 m_seq_limit = 0; ///< running sequences: max_seqs per micro-batch
   StepLoad m_load;
@@ -694,11 +696,19 @@ SimResult simulate(const SimConfig& config, RequestSource& source,
   return instance.run();
 }
 
+double KvTransfer::send_s(u64 prompt_tokens) const {
+  return latency_s +
+         (static_cast<double>(prompt_tokens) * bytes_per_token + bytes_per_sequence) / bytes_per_s;
+}
+
+double KvTransfer::receive_s(u64 prompt_tokens) const {
+  return latency_s + (static_cast<double>(prompt_tokens) * receive_bytes_per_token +
+                      receive_bytes_per_sequence) /
+                         bytes_per_s;
+}
+
 double KvTransfer::time_s(u64 prompt_tokens) const {
-  double tokens = static_cast<double>(prompt_tokens);
-  double sent = tokens * bytes_per_token + bytes_per_sequence;
-  double taken = tokens * receive_bytes_per_token + receive_bytes_per_sequence;
-  return latency_s + std::max(sent, taken) / bytes_per_s;
+  return std::max(send_s(prompt_tokens), receive_s(prompt_tokens));
 }
 
 namespace {
@@ -758,16 +768,20 @@ DisaggregatedResult simulate_disaggregated(const SimConfig& prefill, const SimCo
   PrefillSource cut(source);
   std::vector<Request> handed;
   LatencyHistogram moved;
-  // Caches leave in the order their first tokens come, each on the lane free first.
-  std::vector<double> lanes(std::max<u64>(transfer.lanes, 1), 0.0);
+  // Caches leave in the order their first tokens come; on each side a cache takes the group
+  // free first, and arrives when both its sending and its receiving are done.
+  std::vector<double> senders(std::max<u64>(transfer.send_lanes, 1), 0.0);
+  std::vector<double> receivers(std::max<u64>(transfer.receive_lanes, 1), 0.0);
   out.prefill = simulate(prefill, cut, {}, [&](const Request& r, double, double end) {
     Request next = r;
     next.output_tokens = cut.output_of(r);
     next.prefilled = true;
     next.origin_s = r.arrival_s;
-    auto lane = std::min_element(lanes.begin(), lanes.end());
-    double arrives = std::max(end, *lane) + transfer.time_s(r.prompt_tokens);
-    *lane = arrives;
+    auto send = std::min_element(senders.begin(), senders.end());
+    auto receive = std::min_element(receivers.begin(), receivers.end());
+    *send = std::max(end, *send) + transfer.send_s(r.prompt_tokens);
+    *receive = std::max(end, *receive) + transfer.receive_s(r.prompt_tokens);
+    double arrives = std::max(*send, *receive);
     moved.add(arrives - end);
     next.arrival_s = arrives;
     handed.push_back(next);

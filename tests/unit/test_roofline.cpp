@@ -499,6 +499,11 @@ TEST_CASE("nodes shape the scale-up domain where it is one node's", "[roofline][
   CHECK(scale_up_domain(catalog_gpu("h100-sxm"), 16) == 8);
   CHECK(scale_up_domain(catalog_gpu("gb200"), 4) == 72);
   CHECK(scale_up_domain(catalog_gpu("h100-nvl"), 8) == 2);
+  CHECK(scale_up_domain(catalog_gpu("h100-sxm"), 0) == 8); // no node given: the catalog's
+  Gpu unstated = catalog_gpu("h100-sxm");
+  unstated.scale_up_domain = 0;
+  CHECK(scale_up_domain(unstated, 0) == 0);
+  CHECK(scale_up_domain(unstated, 4) == 4);
   // Llama-3.1-70B at tp 8 over two nodes of 4: the all-reduce leaves each node.
   auto req = request("llama-3.1-70b", "h100-sxm", 64, 4096);
   req.parallel.tp = 8;
@@ -524,4 +529,16 @@ TEST_CASE("under pp an expert group spans the boards of its copies", "[roofline]
   req.parallel.tp = 4;
   req.parallel.ep = 8;
   CHECK(find_op(compute_roofline(req), "moe.dispatch").collective->domains == 1);
+  // An NVL72 rack holds the stage's GPUs of 9 such copies (36): groups up to 36 stay inside.
+  auto rack = request("deepseek-v3", "gb200", 64, 4096);
+  rack.parallel.tp = 4;
+  rack.parallel.pp = 2;
+  for (u64 ep : {u64{8}, u64{16}, u64{24}, u64{36}}) {
+    rack.parallel.ep = ep;
+    rack.parallel.gpus = 2 * ep;
+    CHECK(find_op(compute_roofline(rack), "moe.dispatch").collective->domains == 1);
+  }
+  rack.parallel.ep = 72;
+  rack.parallel.gpus = 144;
+  CHECK(find_op(compute_roofline(rack), "moe.dispatch").collective->domains == 2);
 }

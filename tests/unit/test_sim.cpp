@@ -523,7 +523,7 @@ TEST_CASE("latency percentiles within 0.1%; the timeline keeps its totals", "[si
 TEST_CASE("disaggregated prefill and decode: TTFT through the transfer, decode in its pool",
           "[sim][disaggregated]") {
   SimConfig pool = config("llama-3.1-8b", "h100-sxm", 1);
-  KvTransfer transfer{131072, 0, 131072, 0, 50e9, 2.7e-6, 1};
+  KvTransfer transfer{131072, 0, 131072, 0, 50e9, 2.7e-6, 1, 1};
   roofline::StepCost cost(pool.step);
   roofline::StepLoad prefill;
   cost.add(prefill, Phase::prefill, 2000, 0, 1, 1);
@@ -566,7 +566,7 @@ TEST_CASE("disaggregated prefill and decode: TTFT through the transfer, decode i
   CHECK(s.requests.ttft.mean == Approx(s.requests.e2e.mean));
 
   // The receiving side counts: a decode GPU that holds 8 × the sender's share takes 8 × as long.
-  KvTransfer fan_in{16384, 0, 131072, 0, 50e9, 2.7e-6, 1};
+  KvTransfer fan_in{16384, 0, 131072, 0, 50e9, 2.7e-6, 1, 1};
   CHECK(fan_in.time_s(2000) == Approx(moved));
   // Caches that leave together queue on the one lane: the fourth arrives after four transfers.
   ListSource four(
@@ -577,13 +577,23 @@ TEST_CASE("disaggregated prefill and decode: TTFT through the transfer, decode i
   CHECK(q.prefill.steps == 1);
   CHECK(q.transfer.max == Approx(4 * moved).epsilon(0.001));
   KvTransfer two_lanes = transfer;
-  two_lanes.lanes = 2;
+  two_lanes.send_lanes = 2;
+  two_lanes.receive_lanes = 2;
   ListSource again4(
       {{0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}});
   CHECK(simulate_disaggregated(wide, pool, two_lanes, again4).transfer.max ==
         Approx(2 * moved).epsilon(0.001));
 
-  KvTransfer none{131072, 0, 131072, 0, 0, 0, 1};
+  // From one tp-8 instance (each GPU an eighth) into eight attention-DP groups (each whole):
+  // the senders take 0.66 ms a cache in turn, the receivers 5.25 ms each at once, so four
+  // caches all arrive 5.25 ms after their first tokens.
+  KvTransfer spread{16384, 0, 131072, 0, 50e9, 2.7e-6, 1, 8};
+  ListSource four_more(
+      {{0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}, {0.0, 2000, 2, 0, 0}});
+  CHECK(simulate_disaggregated(wide, pool, spread, four_more).transfer.max ==
+        Approx(moved).epsilon(0.001));
+
+  KvTransfer none{131072, 0, 131072, 0, 0, 0, 1, 1};
   ListSource again({{0.0, 100, 2, 0, 0}});
   CHECK_THROWS_WITH(simulate_disaggregated(pool, pool, none, again), Catch::Contains("scale_out"));
 }
@@ -642,4 +652,25 @@ TEST_CASE("dp-attention: the busiest group takes whole sequences", "[sim][deploy
   d.context = 20001;
   CHECK(steps[3].decode_tokens == 1);
   CHECK(steps[3].duration_s == Approx(roofline::compute_roofline(d).time_s).epsilon(1e-9));
+}
+
+// Under pp and attention DP together: two prompts make two micro-batches of one, each in one
+// group, so the step is the roofline's micro-batch of one prompt through both stages.
+TEST_CASE("pp with dp-attention: each micro-batch's busiest group", "[sim][deployment]") {
+  kv::CapacityRequest q = capacity_request("deepseek-v3", "h200", 8);
+  q.parallel.gpus = 16;
+  q.parallel.pp = 2;
+  q.parallel.dp_attention = true;
+  SimConfig c = instance_config(q, kv::compute_capacity(q), roofline::device_rates(q.gpu),
+                                MlaMode::automatic);
+  c.max_batched_tokens = 65536;
+  std::vector<StepRecord> steps;
+  SimResult r = run(c, burst(2, 4096, 2), [&](const StepRecord& s) { steps.push_back(s); });
+  REQUIRE(r.requests_completed == 2);
+  roofline::RooflineRequest p = c.step;
+  p.phase = Phase::prefill;
+  p.context = 4096;
+  p.batch = 1;
+  CHECK(steps[0].prefill_tokens == 8192);
+  CHECK(steps[0].duration_s == Approx(roofline::compute_roofline(p).time_s).epsilon(1e-9));
 }

@@ -79,8 +79,9 @@ struct Gpu {
   return peak_flops(gpu.flops_per_s, dtype);
 }
 
-/// GPUs of one scale-up domain in a deployment of nodes of `gpus_per_node`: the catalog's, or
-/// the node where the domain is one node's and the node is smaller; 0 when not stated.
+/// GPUs of one scale-up domain in a deployment of nodes of `gpus_per_node` (0: not said): the
+/// catalog's, or the node where the domain is one node's (or not stated) and the node is
+/// smaller; 0 when neither says.
 [[nodiscard]] u64 scale_up_domain(const Gpu& gpu, u64 gpus_per_node);
 
 /// Parses a catalog (`gpus:` list, docs/gpu-catalog.md); errors are located InputErrors.

@@ -128,9 +128,13 @@ struct KvTransfer {
   double receive_bytes_per_sequence = 0; ///< per-sequence state on one decode GPU
   double bytes_per_s = 0;                ///< the NIC, one direction
   double latency_s = 0;                  ///< α of one message
-  /// Caches that cross at once: one per attention group of the smaller pool, each group's
-  /// NICs carrying one cache at a time.
-  u64 lanes = 1;
+  /// Attention groups of each pool: each group's NICs carry one cache at a time, so a cache
+  /// waits for its group on each side (taken as the one free first).
+  u64 send_lanes = 1;
+  u64 receive_lanes = 1;
+  [[nodiscard]] double send_s(u64 prompt_tokens) const;    ///< α + sent / β
+  [[nodiscard]] double receive_s(u64 prompt_tokens) const; ///< α + received / β
+  /// One cache alone: the slower side.
   [[nodiscard]] double time_s(u64 prompt_tokens) const;
 };
 
