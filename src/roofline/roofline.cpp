@@ -182,22 +182,9 @@ StepLoad StepLoad::scaled_attention(double f) const {
 }
 
 StepLoad StepLoad::scaled(double f) const {
-  StepLoad out = *this;
-  auto scale = [f](AttentionSums& x) {
-    x.query *= f;
-    x.attended *= f;
-    x.held *= f;
-  };
+  StepLoad out = scaled_attention(f);
   out.tokens *= f;
   out.logits *= f;
-  out.attention_tokens *= f;
-  out.sequences *= f;
-  for (AttentionLoad* path : {&out.absorbed, &out.naive}) {
-    for (AttentionSums& k : path->kinds) {
-      scale(k);
-    }
-  }
-  scale(out.indexer);
   return out;
 }
 
