@@ -207,6 +207,18 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope
   }
 }
 
+void add_step_pricing_options(CLI::App* cmd, roofline::Overlap& overlap, std::string& imbalance) {
+  add_choice(cmd, "--overlap", overlap, roofline::k_overlaps,
+             "none, or two-batch: two half batches, the compute of one hiding the communication "
+             "of the other (DeepSeek's dual-batch overlap, SGLang --enable-two-batch-overlap)")
+      ->group(k_group_deployment);
+  cmd->add_option("--expert-imbalance", imbalance,
+                  "Token-expert pairs on the busiest GPU over the mean, from 1 (balanced) to 64 "
+                  "[default: 1]")
+      ->type_name("F")
+      ->group(k_group_deployment);
+}
+
 namespace {
 
 /// An engine-specific fraction: recorded so that a knob of another engine is refused.

@@ -14,6 +14,7 @@
 #include <kvcalc/kv/cache_format.hpp>
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/report/table.hpp>
+#include <kvcalc/roofline/roofline.hpp>
 
 namespace kvcalc::cli {
 
@@ -167,6 +168,10 @@ enum class ParallelScope { step, deployment };
 
 /// `measured`: the command takes a --device-profile, so `--gpu auto` (its device) applies.
 void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope, bool measured);
+
+/// How a step is priced beyond its ops: overlap of communication and the busiest GPU's share of
+/// the experts' pairs (`imbalance` as typed, parsed by the command).
+void add_step_pricing_options(CLI::App* cmd, roofline::Overlap& overlap, std::string& imbalance);
 
 /// The engine whose budget rules apply and its knobs.
 struct EngineOptions {

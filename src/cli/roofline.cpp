@@ -659,15 +659,7 @@ Command setup_roofline(CLI::App& app) {
                 "Leave out the collectives: TP all-reduce, expert dispatch and combine, pipeline "
                 "transfers")
       ->group(k_group_deployment);
-  add_choice(cmd, "--overlap", args->overlap, k_overlaps,
-             "none, or two-batch: two half batches, the compute of one hiding the communication "
-             "of the other (DeepSeek's dual-batch overlap, SGLang --enable-two-batch-overlap)")
-      ->group(k_group_deployment);
-  cmd->add_option("--expert-imbalance", args->imbalance,
-                  "Token-expert pairs on the busiest GPU over the mean, from 1 (balanced) to 64 "
-                  "[default: 1]")
-      ->type_name("F")
-      ->group(k_group_deployment);
+  add_step_pricing_options(cmd, args->overlap, args->imbalance);
   add_parsed(cmd, "--dispatch-dtype", args->dispatch_dtype, dtype_option,
              "Expert dispatch payload: fp8 (with a scale per 128) or bf16 [default: fp8 where "
              "the experts compute in fp8, else the activation dtype]")

@@ -1005,14 +1005,7 @@ Command setup_simulate(CLI::App& app) {
                   "the NICs to it")
       ->type_name("SPEC")
       ->group(k_group_deployment);
-  add_choice(cmd, "--overlap", args->overlap, k_overlaps,
-             "Price each step with two-batch overlap (see roofline --overlap)")
-      ->group(k_group_deployment);
-  cmd->add_option("--expert-imbalance", args->imbalance,
-                  "Token-expert pairs on the busiest GPU over the mean, from 1 to 64 "
-                  "[default: 1]")
-      ->type_name("F")
-      ->group(k_group_deployment);
+  add_step_pricing_options(cmd, args->overlap, args->imbalance);
   cmd->get_option("--tp")->description(
       "Tensor parallel size; a comma-separated list sweeps [default: --gpus / --pp, else 1]");
   add_engine_options(cmd, args->engine);

@@ -88,28 +88,6 @@ Collective all_reduce(const Topology& t, u64 group, double bytes) {
   return c;
 }
 
-Collective all_to_all(const Topology& t, u64 group, double bytes) {
-  Collective c;
-  c.group = group;
-  c.algorithm = "direct";
-  if (group <= 1 || bytes <= 0) {
-    c.algorithm = "none";
-    return c;
-  }
-  u64 local = group_in_domain(t, group);
-  c.domains = group / local;
-  c.up_bytes = bytes * d(local - 1) / d(group);
-  c.out_bytes = bytes * d(group - local) / d(group);
-  if (c.out_bytes > 0) {
-    need_network(t, group, local);
-  }
-  c.latency_s = c.out_bytes > 0 ? t.out_latency_s : t.up_latency_s;
-  double up = c.up_bytes / t.up_bytes_per_s;
-  double out = c.out_bytes > 0 ? c.out_bytes / t.out_bytes_per_s : 0;
-  c.time_s = c.latency_s + std::max(up, out);
-  return c;
-}
-
 Collective expert_exchange(const Topology& t, u64 group, double tokens, double k, double bytes,
                            u64 local) {
   Collective c;
@@ -134,6 +112,7 @@ Collective expert_exchange(const Topology& t, u64 group, double tokens, double k
   if (c.out_bytes > 0) {
     need_network(t, group, local);
   }
+  // Both links work at once; the NIC's α where anything leaves the domain.
   c.latency_s = c.out_bytes > 0 ? t.out_latency_s : t.up_latency_s;
   double up = c.up_bytes / t.up_bytes_per_s;
   double out = c.out_bytes > 0 ? c.out_bytes / t.out_bytes_per_s : 0;

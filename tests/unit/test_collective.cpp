@@ -48,20 +48,6 @@ TEST_CASE("an all-reduce across domains is reduce-scatter, all-reduce over the N
   CHECK(c.link() == "scale-up+out");
 }
 
-TEST_CASE("an all-to-all runs its NVLink and NIC parts at once", "[roofline][collective]") {
-  // 144 GPUs in 18 boards; 1,440,000 B spread over all: 7/144 to board peers (70,000 B,
-  // 0.35 µs), 136/144 over the NIC (1,360,000 B, 27.2 µs); α of the NIC 2.7 µs ⇒ 29.9 µs.
-  Collective wide = all_to_all(h800(), 144, 1440000);
-  CHECK(wide.domains == 18);
-  CHECK(wide.up_bytes == Approx(70000));
-  CHECK(wide.out_bytes == Approx(1360000));
-  CHECK(wide.time_s == Approx(29.9e-6));
-  // Inside one board: 7/8 of 800,000 B at 200 GB/s = 3.5 µs, plus NVLink's 0.6 µs.
-  Collective board = all_to_all(h800(), 8, 800000);
-  CHECK(board.out_bytes == 0);
-  CHECK(board.time_s == Approx(4.1e-6));
-}
-
 TEST_CASE("expert dispatch crosses to each domain once per token", "[roofline][collective]") {
   // EP32 over 4 boards, 1,000 tokens of 7,392 B to 8 experts each: a token reaches each of the
   // 3 other boards with probability 1 − 0.75^8, so 3 × 0.8999 = 2.6997 NIC copies; NVLink
@@ -96,7 +82,7 @@ TEST_CASE("groups are packed into domains, and leaving one needs a NIC", "[roofl
   Topology pcie{"rtx-4090", 8, 32e9, 2.7e-6, 0, 0};
   CHECK_NOTHROW(all_reduce(pcie, 8, 1e6));
   CHECK_THROWS_WITH(all_reduce(pcie, 16, 1e6), Catch::Contains("no scale_out link"));
-  CHECK_THROWS_WITH(all_to_all(pcie, 16, 1e6), Catch::Contains("--gpu-file"));
+  CHECK_THROWS_WITH(expert_exchange(pcie, 16, 100, 8, 1e4), Catch::Contains("--gpu-file"));
   // A point-to-point send: 1 MB over the NIC, 2.7 µs + 20 µs.
   CHECK(send(h800(), true, 1e6).time_s == Approx(22.7e-6));
   CHECK(send(h800(), false, 1e6).time_s == Approx(5.6e-6));

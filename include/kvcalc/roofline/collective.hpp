@@ -43,11 +43,6 @@ struct Collective {
 /// inside. An InputError when the group leaves its domain and the GPU has no NIC.
 [[nodiscard]] Collective all_reduce(const Topology& t, u64 group, double bytes);
 
-/// All-to-all in which each of `group` GPUs sends `bytes` in all, spread evenly over every member
-/// (itself included, which costs nothing): α + max(scale-up bytes / β_up, NIC bytes / β_out),
-/// the two links working at once.
-[[nodiscard]] Collective all_to_all(const Topology& t, u64 group, double bytes);
-
 /// Expert dispatch (or combine) of `tokens` tokens of `bytes` each, every token to `k` experts
 /// spread evenly over `group` GPUs: a token crosses once to each other domain that holds one of
 /// its experts, (N − 1)·(1 − (1 − 1/N)^k) of the N domains on average, and is forwarded inside
