@@ -508,7 +508,8 @@ TEST_CASE("nodes shape the scale-up domain where it is one node's", "[roofline][
   auto req = request("llama-3.1-70b", "h100-sxm", 64, 4096);
   req.parallel.tp = 8;
   req.rates.links.domain = scale_up_domain(req.gpu, 4);
-  const Op& reduce = find_op(compute_roofline(req), "tp.all_reduce");
+  auto split = compute_roofline(req);
+  const Op& reduce = find_op(split, "tp.all_reduce");
   CHECK(reduce.collective->domains == 2);
   CHECK(reduce.collective->out_bytes > 0);
 }
@@ -521,7 +522,8 @@ TEST_CASE("under pp an expert group spans the boards of its copies", "[roofline]
   req.parallel.tp = 4;
   req.parallel.pp = 2;
   req.parallel.ep = 8;
-  const Op& dispatch = find_op(compute_roofline(req), "moe.dispatch");
+  auto piped = compute_roofline(req);
+  const Op& dispatch = find_op(piped, "moe.dispatch");
   CHECK(dispatch.collective->domains == 2);
   CHECK(dispatch.collective->out_bytes > 0);
   req.parallel.pp = 1;
