@@ -369,12 +369,11 @@ Record describe_step(const Scenario& s) {
   Record r;
   r.value("model", "model", Cell::text(q.model.name));
   r.value("gpu", "gpu", Cell::text(q.gpu.name));
+  kv::Deployment dep = resolve_deployment(q.model, q.parallel, q.weight_dtype);
   r.value("gpus", "gpus", Cell::count(res.gpus));
   r.value("tp", "tp", Cell::count(q.parallel.tp));
-  r.value("ep", Cell::count(resolve_deployment(q.model, q.parallel, q.weight_dtype).parallel.ep));
-
+  r.value("ep", Cell::count(dep.parallel.ep));
   r.value("pp", Cell::count(q.parallel.pp));
-  kv::Deployment dep = resolve_deployment(q.model, q.parallel, q.weight_dtype);
   r.value("dp_attention", Cell::flag(dep.parallel.dp_attention));
   r.value("attention_dp", Cell::count(dep.attention_dp));
   r.value("overlap", Cell::text(std::string(overlap_name(q.overlap))));
