@@ -35,7 +35,140 @@ std::string_view file_stem(std::string_view path) {
   return file.substr(0, file.rfind('.'));
 }
 
+/// A model name taken apart for a did-you-mean: "Meta-Llama-3.1-70B-Instruct" is family
+/// "llama", version "3.1", sizes {"70b"}; "qwen3-235b-a22b" is "qwen", "3", {"235b", "a22b"}.
+struct NameParts {
+  std::string family;
+  std::string version;
+  std::vector<std::string> sizes;
+};
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+/// "70b", "1.5b", "a22b", "8x7b", "560m": a parameter count.
+bool is_size(std::string_view t) {
+  std::size_t i = t.starts_with('a') ? 1 : 0;
+  std::size_t digits = i;
+  while (digits < t.size() && (is_digit(t[digits]) || t[digits] == '.' || t[digits] == 'x')) {
+    ++digits;
+  }
+  return digits > i && digits + 1 == t.size() && is_digit(t[i]) &&
+         (t.back() == 'b' || t.back() == 'm');
+}
+
+/// "3", "3.1", "v3", "v2.5": a version.
+bool is_version(std::string_view t) {
+  std::size_t i = t.starts_with('v') ? 1 : 0;
+  return i < t.size() &&
+         std::all_of(t.begin() + static_cast<std::ptrdiff_t>(i), t.end(),
+                     [](char c) { return is_digit(c) || c == '.'; }) &&
+         is_digit(t[i]);
+}
+
+NameParts name_parts(std::string_view name) {
+  std::string lower =
+      ascii_lower(name.substr(name.rfind('/') == std::string_view::npos ? 0 : name.rfind('/') + 1));
+  std::vector<std::string> tokens;
+  std::string token;
+  for (char c : lower + "-") {
+    if (c == '-' || c == '_' || c == ' ') {
+      if (!token.empty()) {
+        tokens.push_back(token);
+      }
+      token.clear();
+    } else {
+      token += c;
+    }
+  }
+  NameParts parts;
+  for (std::string& t : tokens) {
+    if (parts.family.empty() || t == "meta") {
+      // The family is the first word, its version glued on or not ("llama3", "qwen2.5").
+      if (t == "meta") {
+        continue;
+      }
+      std::size_t digit = 0;
+      while (digit < t.size() && !is_digit(t[digit])) {
+        ++digit;
+      }
+      parts.family = t.substr(0, digit);
+      if (digit < t.size() && is_version(t.substr(digit))) {
+        parts.version = t.substr(digit);
+      }
+    } else if (is_size(t)) {
+      parts.sizes.push_back(t);
+    } else if (parts.version.empty() && is_version(t)) {
+      parts.version = t.substr(t.starts_with('v') ? 1 : 0);
+    }
+  }
+  return parts;
+}
+
+/// How close a candidate is to what was typed, within the family: 0 when the family differs.
+int family_score(const NameParts& asked, const NameParts& candidate) {
+  if (asked.family.empty() || asked.family != candidate.family) {
+    return 0;
+  }
+  int score = 1;
+  if (!asked.version.empty()) {
+    const std::string& v = candidate.version;
+    if (v == asked.version) {
+      score += 4;
+    } else if (v.starts_with(asked.version + ".")) {
+      score += 3; // "3" names the 3.x line
+    } else {
+      score -= 2;
+    }
+  }
+  std::size_t found = 0;
+  for (const auto& size : asked.sizes) {
+    found +=
+        static_cast<std::size_t>(std::count(candidate.sizes.begin(), candidate.sizes.end(), size));
+  }
+  if (!asked.sizes.empty()) {
+    score += found == asked.sizes.size() ? 4 : found > 0 ? 2 : -2;
+  }
+  return score;
+}
+
 } // namespace
+
+std::vector<std::string> suggest_models(std::string_view spec) {
+  NameParts asked = name_parts(spec);
+  int best = 2; // the family alone is no suggestion
+  std::vector<std::string> out;
+  for (const auto& m : builtin_models()) {
+    int score = family_score(asked, name_parts(m.name));
+    for (const auto& alias : m.aliases) {
+      score = std::max(score, family_score(asked, name_parts(alias)));
+    }
+    if (score > best) {
+      best = score;
+      out.clear();
+    }
+    if (score == best) {
+      out.push_back(m.name);
+    }
+  }
+  if (out.empty()) {
+    // Not a family kvcalc knows: the closest spelling.
+    out = closest_matches(spec, builtin_model_names());
+  } else {
+    // Of the family's best, the closest spelling ("llama-3.1-8bb": llama-3.1-8b).
+    std::size_t nearest = SIZE_MAX;
+    for (const auto& name : out) {
+      nearest = std::min(nearest, edit_distance(spec, name));
+    }
+    std::erase_if(out,
+                  [&](const std::string& name) { return edit_distance(spec, name) > nearest; });
+  }
+  if (out.size() > 3) {
+    out.resize(3);
+  }
+  return out;
+}
 
 const Model* find_builtin_model(std::string_view name) {
   // A bundled file is named after its model, so a model asked by name is parsed alone; an
@@ -87,7 +220,16 @@ Model load_model(std::string_view spec, Diagnostics& diagnostics) {
   if (looks_like_path) {
     throw InputError("cannot open model file '" + path + "': no such file");
   }
-  throw InputError("unknown model '" + path + "'" + did_you_mean(spec, builtin_model_names()) +
+  std::string hint;
+  std::vector<std::string> close = suggest_models(spec);
+  for (std::size_t i = 0; i < close.size(); ++i) {
+    hint += (i == 0                  ? "; did you mean "
+             : i + 1 == close.size() ? " or "
+                                     : ", ") +
+            ("'" + close[i] + "'");
+  }
+  hint += hint.empty() ? "" : "?";
+  throw InputError("unknown model '" + path + "'" + hint +
                    " (`kvcalc models` lists the bundled ones; a path to a kvcalc YAML or a "
                    "config.json works too)");
 }

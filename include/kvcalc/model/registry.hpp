@@ -23,4 +23,8 @@ namespace kvcalc::model {
 /// Names and aliases, for suggestions.
 [[nodiscard]] std::vector<std::string> builtin_model_names();
 
+/// The bundled models closest to `spec`, at most three: those of its family first (llama3-70b →
+/// llama-3.1-70b, llama-3.3-70b: same line of versions, same size), else the closest spelling.
+[[nodiscard]] std::vector<std::string> suggest_models(std::string_view spec);
+
 } // namespace kvcalc::model
