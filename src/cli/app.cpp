@@ -22,25 +22,31 @@ constexpr Setup k_setups[] = {cli::setup_footprint, cli::setup_compare,    cli::
                               cli::setup_plan,      cli::setup_gpus,       cli::setup_models,
                               cli::setup_import,    cli::setup_completion, cli::setup_man};
 
-/// What serving engines call some of kvcalc's options, for a hint when one is typed.
+/// What serving engines call kvcalc's options. An alias means the same and is read as the kvcalc
+/// flag (docs/cli.md, "Engine spellings"); a near one differs in meaning, and typing it draws
+/// a hint to the kvcalc flag instead.
 struct EngineSpelling {
   std::string_view engine_flag;
   std::string_view kvcalc_flag;
+  bool alias = true;
 };
 constexpr EngineSpelling k_engine_spellings[] = {
     {"--tensor-parallel-size", "--tp"},
     {"--tp-size", "--tp"},
     {"--pipeline-parallel-size", "--pp"},
     {"--pp-size", "--pp"},
+    {"--decode-context-parallel-size", "--dcp"},
     {"--kv-cache-dtype", "--kv-dtype"},
     {"--max-num-seqs", "--max-seqs"},
     {"--max-running-requests", "--max-seqs"},
     {"--max-num-batched-tokens", "--max-batched-tokens"},
-    {"--chunked-prefill-size", "--max-batched-tokens"},
+    {"--kv-cache-memory-bytes", "--kv-cache-memory"},
+    {"--page-size", "--block-size"},
     {"--enable-dp-attention", "--dp-attention"},
-    {"--max-model-len", "--context"},
-    {"--context-length", "--context"},
-    {"--quantization", "--weight-dtype"},
+    {"--context-length", "--max-model-len"},
+    {"--max-seq-len", "--max-model-len"},
+    {"--chunked-prefill-size", "--max-batched-tokens", false},
+    {"--quantization", "--weight-dtype", false},
 };
 
 /// The long flags of a command, help excluded: "--context", ...
@@ -69,11 +75,47 @@ std::vector<std::string> flags_of(const CLI::App* cmd) {
   for (const auto& s : k_engine_spellings) {
     if (flag == s.engine_flag &&
         std::find(flags.begin(), flags.end(), s.kvcalc_flag) != flags.end()) {
-      throw InputError("unknown option " + flag + ": kvcalc " + cmd->get_name() + " spells it " +
-                       std::string(s.kvcalc_flag) + usage);
+      throw InputError("unknown option " + flag + ": its nearest in kvcalc " + cmd->get_name() +
+                       " is " + std::string(s.kvcalc_flag) + ", which differs in meaning (" +
+                       "docs/cli.md, \"Engine spellings\")" + usage);
     }
   }
   throw InputError("unknown option " + flag + did_you_mean(flag, flags) + usage);
+}
+
+/// The command line with each engine alias the command has a kvcalc flag for read as that flag
+/// ("--kv-cache-dtype=fp8" → "--kv-dtype=fp8"); everything else as typed.
+std::vector<std::string> with_engine_aliases(int argc, const char* const* argv,
+                                             const CLI::App& app) {
+  std::vector<std::string> args(argv, argv + argc);
+  if (argc < 2) {
+    return args;
+  }
+  const CLI::App* cmd = nullptr;
+  for (const CLI::App* c : app.get_subcommands({})) {
+    if (c->get_name() == args[1]) {
+      cmd = c;
+    }
+  }
+  if (cmd == nullptr) {
+    return args;
+  }
+  std::vector<std::string> flags = flags_of(cmd);
+  for (std::size_t i = 2; i < args.size(); ++i) {
+    if (args[i] == "--") {
+      break;
+    }
+    std::size_t eq = args[i].find('=');
+    std::string flag = args[i].substr(0, eq);
+    for (const auto& s : k_engine_spellings) {
+      if (s.alias && flag == s.engine_flag &&
+          std::find(flags.begin(), flags.end(), s.kvcalc_flag) != flags.end()) {
+        args[i] = std::string(s.kvcalc_flag) +
+                  (eq == std::string::npos ? std::string() : args[i].substr(eq));
+      }
+    }
+  }
+  return args;
 }
 
 /// The command a mistyped first word was probably meant to be.
@@ -105,7 +147,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       "--version", std::string("kvcalc ") + std::string(version()) +
                        " (CUDA support: " + (built_with_cuda() ? "built in" : "not built") + ")");
   app.require_subcommand(1);
-  app.footer("Exit codes: 0 ok, 1 error, 2 bad input or usage, 3 a plan requirement failed.\n"
+  app.footer("Exit codes: 0 ok, 1 error, 2 bad input or usage, 3 a plan requirement failed, 4 "
+             "the deployment does not fit.\n"
              "MODEL is a bundled name (`kvcalc models`), a kvcalc YAML file, or a HuggingFace "
              "config.json.");
   std::vector<cli::Command> commands;
@@ -114,9 +157,14 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     commands.back().app->allow_extras();
   }
   check_command_name(argc, argv, app);
+  std::vector<std::string> args = with_engine_aliases(argc, argv, app);
+  std::vector<const char*> arg_pointers;
+  for (const auto& a : args) {
+    arg_pointers.push_back(a.c_str());
+  }
 
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_pointers.size()), arg_pointers.data());
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) {
       return app.exit(e, out, err);

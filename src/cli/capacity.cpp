@@ -124,6 +124,17 @@ Record describe_row(const Scenario& s, const ContextCapacity* x,
   r.value("block_size", c.block_size ? Cell::count(c.block_size) : Cell::empty());
   r.value("num_blocks", "blocks", c.num_blocks ? Cell::count(c.num_blocks) : Cell::empty());
   r.value("max_batched_tokens", Cell::count(c.max_batched_tokens));
+  r.value("max_model_len", c.max_model_len ? Cell::count(c.max_model_len) : Cell::empty());
+  r.value("longest_request", c.longest_request ? Cell::count(*c.longest_request) : Cell::empty());
+  if (!holds_every_context(c)) {
+    if (std::optional<Parallelism> p = smallest_fitting_tp(s.request)) {
+      Record& at = r.object("fits_at");
+      at.value("gpus", Cell::count(p->gpus));
+      at.value("tp", Cell::count(p->tp));
+    } else {
+      r.value("fits_at", Cell::empty());
+    }
+  }
   r.value("engine_rules", Cell::text(c.engine_rules));
   describe_pool_groups(r.list("pool_groups"), c);
   r.value("state_slots", c.state_slots ? Cell::count(c.state_slots) : Cell::empty());
@@ -132,7 +143,7 @@ Record describe_row(const Scenario& s, const ContextCapacity* x,
   if (x) {
     r.value("context", "context", Cell::tokens(x->tokens));
     r.value("max_sequences", "max seqs", Cell::count(x->max_sequences));
-    Cell concurrency = Cell::ratio(x->max_concurrency);
+    Cell concurrency = Cell::concurrency(x->max_concurrency);
     r.value("max_concurrency", "concurrency", c.fits ? concurrency : concurrency.shown_as("-"));
     r.value("blocks_per_sequence",
             x->blocks_per_sequence ? Cell::count(x->blocks_per_sequence) : Cell::empty());
@@ -155,7 +166,7 @@ Record describe_row(const Scenario& s, const ContextCapacity* x,
     Record& m = r.object("max_context_at");
     m.value("sequences", Cell::count(*args.max_context_at));
     m.value("context", Cell::count(*c.max_context_at));
-    m.value("limited_by", Cell::text(c.max_context_capped ? "max_context" : "kv_cache"));
+    m.value("limited_by", Cell::text(c.max_context_limited_by));
   }
   if (args.explain) {
     r.strings("derivation", render_derivation(c.derivation));
@@ -210,13 +221,31 @@ std::vector<std::string> capacity_notes(const CapacityArgs& args,
       }
     }
     if (!c.fits) {
-      notes.push_back(who(s) + ": " + c.reason);
+      notes.push_back(who(s) + ": " + c.reason + "; " + fit_hint(s.request));
+    } else if (!holds_every_context(c)) {
+      std::vector<std::string> at;
+      for (const ContextCapacity& x : c.contexts) {
+        if (x.max_sequences == 0) {
+          at.push_back(group_digits(x.tokens));
+        }
+      }
+      std::string lengths;
+      for (std::size_t i = 0; i < at.size(); ++i) {
+        lengths += (i == 0 ? "" : i + 1 == at.size() ? " or " : ", ") + at[i];
+      }
+      notes.push_back(who(s) + ": does not hold one sequence of " +
+                      (at.empty() ? std::string("the context asked") : lengths + " tokens") + "; " +
+                      fit_hint(s.request));
     }
     if (c.max_context_at) {
-      notes.push_back(
-          who(s) + ": longest context holding " + group_digits(*args.max_context_at) +
-          " sequences: " + group_digits(*c.max_context_at) + " tokens" +
-          (c.max_context_capped ? " (the model's max_context; the KV cache holds more)" : ""));
+      const std::string& by = c.max_context_limited_by;
+      notes.push_back(who(s) + ": longest context holding " + group_digits(*args.max_context_at) +
+                      " sequences: " + group_digits(*c.max_context_at) + " tokens" +
+                      (by == "max_model_len" ? " (--max-model-len; the KV cache holds more)"
+                       : by == "max_context" ? " (the model's max_context; the KV cache holds more)"
+                       : by == "search_limit"
+                           ? " (where kvcalc's search stops: the model gives no max_context)"
+                           : ""));
     }
   }
   notes.insert(notes.end(), logs.begin(), logs.end());
@@ -247,7 +276,7 @@ std::vector<std::string> derivations(const std::vector<Scenario>& scenarios) {
 int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err) {
   std::vector<u64> contexts = args.contexts;
   if (contexts.empty() && !args.max_context_at) {
-    contexts = {4096, 32768, 131072};
+    contexts = default_contexts(args.engine);
   }
   Rendered r;
   std::vector<Model> models = load_models(args.models, r.warnings);
@@ -297,7 +326,9 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
     r.text_after = derivations(scenarios);
   }
   emit(r, args.output, out, err);
-  return 0;
+  bool all_fit = std::all_of(scenarios.begin(), scenarios.end(),
+                             [](const Scenario& s) { return holds_every_context(s.result); });
+  return static_cast<int>(all_fit ? ExitCode::ok : ExitCode::does_not_fit);
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 // `compare`: models side by side against a baseline, with a deployment's sequences per model.
 
+#include <algorithm>
 #include <memory>
 
 #include <kvcalc/core/error.hpp>
@@ -55,6 +56,7 @@ int run_compare(const CompareArgs& args, std::ostream& out, std::ostream& err) {
   options.explain = args.explain;
   options.block_size = args.block_size.value_or(0);
   Rendered r;
+  bool all_fit = true;
   std::vector<Entry> entries = footprint_entries(args.models, options, r.warnings);
   if (!args.parallel.gpus.empty()) {
     if (args.parallel.gpus.size() > 1 || args.parallel.tps.size() > 1) {
@@ -71,8 +73,20 @@ int run_compare(const CompareArgs& args, std::ostream& out, std::ostream& err) {
                                       args.block_size, devices, args.contexts, std::nullopt);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       entries[i].capacity = compute_capacity(requests[i]);
-      r.warnings.insert(r.warnings.end(), entries[i].capacity->notes.begin(),
-                        entries[i].capacity->notes.end());
+      const CapacityResult& c = *entries[i].capacity;
+      std::string who = requests[i].model.name + " on " + c.gpu + ": ";
+      for (const auto& note : c.notes) {
+        // The footprint said the model's own remarks (a context past max_context) already.
+        if (std::find(r.warnings.begin(), r.warnings.end(), note) == r.warnings.end()) {
+          r.warnings.push_back(who + note);
+        }
+      }
+      if (!holds_every_context(c)) {
+        all_fit = false;
+        r.warnings.push_back(
+            who + (c.fits ? "does not hold one sequence of every context asked" : c.reason) + "; " +
+            fit_hint(requests[i]));
+      }
     }
   }
   const Entry& base = baseline_of(entries, args.baseline);
@@ -89,7 +103,7 @@ int run_compare(const CompareArgs& args, std::ostream& out, std::ostream& err) {
   r.tables.push_back(compare_table(entries, described, base));
   r.csv = flat_table(described, true, options.block_size != 0);
   emit(r, args.output, out, err);
-  return 0;
+  return static_cast<int>(all_fit ? ExitCode::ok : ExitCode::does_not_fit);
 }
 
 } // namespace

@@ -98,6 +98,28 @@ capacity_requests(const std::vector<Model>& models, const CacheRequest& cache,
   return out;
 }
 
+std::string fit_hint(const CapacityRequest& request) {
+  if (std::optional<Parallelism> p = smallest_fitting_tp(request)) {
+    return "it fits at --gpus " + std::to_string(p->gpus) + " --tp " + std::to_string(p->tp);
+  }
+  return "no tensor parallelism up to 64 fits it: try a smaller --weight-dtype or --kv-dtype, "
+         "or shorter contexts";
+}
+
+std::vector<u64> default_contexts(const EngineOptions& engine) {
+  std::vector<u64> out;
+  std::optional<u64> limit = engine.settings.max_model_len;
+  for (u64 tokens : {u64{4096}, u64{32768}, u64{131072}}) {
+    if (!limit || tokens < *limit) {
+      out.push_back(tokens);
+    }
+  }
+  if (limit) {
+    out.push_back(*limit);
+  }
+  return out;
+}
+
 std::optional<DeviceProfile> read_device_profile(const std::string& path) {
   if (path.empty()) {
     return std::nullopt;

@@ -29,6 +29,15 @@ capacity_requests(const std::vector<Model>& models, const CacheRequest& cache,
                   std::optional<u64> block_size, const std::vector<Gpu>& devices,
                   const std::vector<u64>& contexts, std::optional<u64> max_context_at);
 
+/// What a deployment that does not fit would need: "it fits at --gpus 8 --tp 8" (the smallest
+/// power-of-two tp that holds the model and one sequence of every context asked), or what to
+/// try when no tp up to 64 does.
+[[nodiscard]] std::string fit_hint(const CapacityRequest& request);
+
+/// The contexts a command reports when none are asked: 4k, 32k and 128k, those up to
+/// --max-model-len and that length itself when it is given.
+[[nodiscard]] std::vector<u64> default_contexts(const EngineOptions& engine);
+
 /// The device profile of --device-profile FILE, if one is given.
 std::optional<DeviceProfile> read_device_profile(const std::string& path);
 

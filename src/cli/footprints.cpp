@@ -144,12 +144,15 @@ Record describe_footprint(const Entry& e, const Entry* base, bool explain) {
     cj.value("fits", Cell::flag(c.fits));
     cj.value("kv_pool_bytes_per_gpu", Cell::bytes(c.kv_pool_bytes_per_gpu));
     cj.value("kv_tokens", Cell::count(c.kv_tokens));
+    cj.value("max_model_len", c.max_model_len ? Cell::count(c.max_model_len) : Cell::empty());
+    cj.value("longest_request",
+             c.longest_request ? Cell::count(*c.longest_request) : Cell::empty());
     auto& at = cj.list("contexts");
     for (const auto& x : c.contexts) {
       Record& one = at.emplace_back();
       one.value("tokens", Cell::count(x.tokens));
       one.value("max_sequences", Cell::count(x.max_sequences));
-      one.value("max_concurrency", Cell::ratio(x.max_concurrency));
+      one.value("max_concurrency", Cell::concurrency(x.max_concurrency));
       Cell seqs = Cell::count(x.max_sequences);
       r.value("seqs@" + std::to_string(x.tokens), "seqs @ " + context_label(x.tokens),
               c.fits ? seqs : seqs.shown_as("no fit"), k_tables_only);

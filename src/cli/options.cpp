@@ -9,8 +9,16 @@
 namespace kvcalc::cli {
 
 std::string flag_name(const std::string& flags) {
-  std::size_t comma = flags.rfind(',');
-  return comma == std::string::npos ? flags : flags.substr(comma + 1);
+  std::size_t start = 0;
+  while (start < flags.size()) {
+    std::size_t comma = flags.find(',', start);
+    std::string name = flags.substr(start, comma - start);
+    if (name.starts_with("--") || comma == std::string::npos) {
+      return name;
+    }
+    start = comma + 1;
+  }
+  return flags;
 }
 
 CLI::Option* add_count(CLI::App* cmd, const std::string& flags, u64& target,
@@ -47,7 +55,7 @@ void add_output_options(CLI::App* cmd, OutputOptions& o, ScaledBytes scaled) {
 }
 
 std::optional<DType> dtype_option(const std::string& text, const std::string& flag) {
-  return parse_dtype(text, flag);
+  return parse_dtype_or_auto(text, flag);
 }
 
 void add_cache_options(CLI::App* cmd, CacheRequest& c) {
@@ -273,6 +281,26 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e) {
   add_bytes(cmd, "--kv-cache-memory", e.settings.kv_cache_bytes,
             "The KV pool per GPU as the engine reported it, e.g. 3.81GiB (vLLM 'Available KV "
             "cache memory')")
+      ->group(k_group_engine);
+  add_count(cmd, "--max-model-len", e.settings.max_model_len,
+            "The longest request the engine is started for (vLLM --max-model-len, SGLang "
+            "--context-length, TensorRT-LLM max_seq_len): vLLM refuses to start when one such "
+            "request does not fit, and says the longest that would [default: the model's "
+            "max_context]")
+      ->type_name("TOKENS")
+      ->group(k_group_engine);
+  add_parsed(
+      cmd, "--num-gpu-blocks-override", e.settings.num_gpu_blocks,
+      [&e](const std::string& text, const std::string& name) {
+        e.knobs.emplace_back(name, Engine::vllm);
+        u64 n = parse_count(text, name);
+        if (n == 0) {
+          throw InputError(name + " must be at least 1 block");
+        }
+        return std::optional<u64>(n);
+      },
+      "vLLM: the pool's block count, instead of what the memory budget gives")
+      ->type_name("N")
       ->group(k_group_engine);
   add_parsed(
       cmd, "--mamba-cache-mode", e.settings.mamba_cache_mode,

@@ -40,7 +40,7 @@ inline constexpr NameTable<Format, 4> k_formats{
 inline constexpr NameTable<ByteUnits, 2> k_byte_units{
     "byte units", {{{ByteUnits::iec, "iec"}, {ByteUnits::si, "si"}}}};
 
-/// The long spelling of an option's flags ("-o,--output" → "--output"), for messages.
+/// The first long spelling of an option's flags ("-o,--output" → "--output"), for messages.
 [[nodiscard]] std::string flag_name(const std::string& flags);
 
 /// An option whose text `parse(text, flag)` turns into `target` when the command line is read;

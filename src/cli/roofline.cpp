@@ -572,10 +572,13 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
   Rendered r;
   std::vector<Model> models = load_models(args.models, r.warnings);
   RooflineInputs in = read_inputs(args, models, r.warnings, err);
+  bool all_fit = true;
   if (args.mla_crossover) {
     render_crossovers(r, run_crossovers(args, in, models));
   } else {
     std::vector<Scenario> scenarios = run_scenarios(args, in, models, r.warnings);
+    all_fit = std::all_of(scenarios.begin(), scenarios.end(),
+                          [](const Scenario& s) { return s.result.weights_fit; });
     if (!args.plot.empty()) {
       write_plot(args.plot, scenarios);
       err << "kvcalc: wrote " << args.plot << '\n';
@@ -583,7 +586,7 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     render_steps(r, args, scenarios);
   }
   emit(r, args.output, out, err);
-  return 0;
+  return static_cast<int>(all_fit ? ExitCode::ok : ExitCode::does_not_fit);
 }
 
 } // namespace

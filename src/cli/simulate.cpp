@@ -118,24 +118,6 @@ std::vector<double> parse_rates(const std::string& text) {
   }
 }
 
-/// "does not fit" with the smallest power-of-two tensor parallelism that does.
-std::string fit_hint(const CapacityRequest& request) {
-  for (u64 tp = request.parallel.tp * 2; tp <= 64; tp *= 2) {
-    CapacityRequest q = request;
-    q.parallel.tp = tp;
-    q.parallel.gpus = tp * q.parallel.pp;
-    try {
-      if (compute_capacity(q).fits) {
-        return "; it fits at --gpus " + std::to_string(q.parallel.gpus) + " --tp " +
-               std::to_string(tp);
-      }
-    } catch (const InputError&) {
-      // This tp does not divide the heads: try the next.
-    }
-  }
-  return "";
-}
-
 /// A latency figure, "-" (null in JSON) where no request gave a sample (TPOT of one-token
 /// outputs).
 Cell latency_cell(const LatencySummary& s, double v) {
@@ -436,7 +418,7 @@ std::variant<SimConfig, std::string> instance_of(const CapacityRequest& request,
   if (!capacity.fits) {
     return request.model.name + " does not fit on " + group_digits(capacity.parallel.gpus) + " × " +
            capacity.gpu + " (tp " + group_digits(capacity.parallel.tp) + "): " + capacity.reason +
-           fit_hint(request);
+           "; " + fit_hint(request);
   }
   DeviceRates device =
       in.profile ? device_rates(request.gpu, *in.profile)
@@ -475,7 +457,8 @@ void warn_rejected(const Scenario& s, std::vector<std::string>& warnings) {
     warnings.push_back(s.model + ": " + group_digits(s.result.requests_rejected) +
                        " requests rejected (" + group_digits(s.result.rejected_pool) +
                        " larger than one sequence's share of the KV pool, " +
-                       group_digits(s.result.rejected_context) + " longer than max_context)");
+                       group_digits(s.result.rejected_context) +
+                       " longer than the max model length)");
   }
 }
 
@@ -899,7 +882,7 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
     }
   }
   if (ran.empty()) {
-    throw InputError(scenarios.front().unfit);
+    throw DoesNotFit(scenarios.front().unfit);
   }
   timeline.close(err);
   if (!args.plot.empty()) {
@@ -908,7 +891,7 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
   }
   render_simulation(r, args, in, scenarios, ran);
   emit(r, args.output, out, err);
-  return 0;
+  return static_cast<int>(ran.size() == scenarios.size() ? ExitCode::ok : ExitCode::does_not_fit);
 }
 
 /// The spelling an earlier kvcalc used for `flag`: refused with the one to use.

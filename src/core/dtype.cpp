@@ -109,4 +109,11 @@ DType parse_dtype(std::string_view text, std::string_view what) {
                    (hint.empty() ? "" : "?") + " (one of: " + all + ")");
 }
 
+std::optional<DType> parse_dtype_or_auto(std::string_view text, std::string_view what) {
+  if (iequals(text, "auto")) {
+    return std::nullopt;
+  }
+  return parse_dtype(text, what);
+}
+
 } // namespace kvcalc

@@ -20,7 +20,10 @@ std::string_view engine_name(Engine e) {
 }
 
 Engine parse_engine(std::string_view text) {
-  return k_engines.parse(text);
+  if (auto e = k_engines.find_any_case(text)) {
+    return *e;
+  }
+  throw InputError(k_engines.unknown(text));
 }
 
 u64 SequencePool::units_at(u64 tokens) const {
@@ -135,6 +138,26 @@ Scheduler EngineRules::scheduler(const Gpu& /*gpu*/, const EngineSettings& s) co
   return {s.max_batched_tokens.value_or(8192), s.max_seqs.value_or(256)};
 }
 
+void EngineRules::long_model_len(const LongModelLen& at, CapacityResult& r) const {
+  // No engine: a length given is a requirement, the model's own a remark.
+  std::string what = "one request of " + group_digits(at.max_model_len) + " tokens (" +
+                     (at.given ? "--max-model-len" : "the model's max_context") +
+                     ") does not fit in the KV pool: the longest is " + group_digits(at.longest) +
+                     " tokens";
+  if (at.given) {
+    r.fits = false;
+    r.reason = what;
+  } else {
+    r.notes.push_back(what);
+  }
+}
+
+std::string EngineRules::too_long(const ContextCapacity& need, u64 longest,
+                                  const CapacityResult& /*r*/) const {
+  return "one sequence of " + group_digits(need.tokens) +
+         " tokens does not fit in the KV pool: the longest is " + group_digits(longest) + " tokens";
+}
+
 const EngineRules& engine_rules(Engine e) {
   switch (e) {
   case Engine::vllm:
@@ -154,6 +177,9 @@ const EngineRules& engine_rules(Engine e) {
 namespace {
 
 using namespace detail;
+
+/// Where --max-context-at stops when the model gives no length: 16M tokens.
+constexpr u64 k_search_limit = 1ULL << 24;
 
 /// A documented estimate of the activation peak of one step of `tokens` tokens on one GPU:
 /// residual and normed hidden states plus the widest intermediate, in the activation dtype,
@@ -296,6 +322,38 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
                " B per GPU) holds no token of " + m.name;
   }
 
+  // One request of the engine's max model length against the pool.
+  if (es.max_model_len && *es.max_model_len == 0) {
+    throw InputError("--max-model-len (a plan's max_model_len) must be at least 1 token");
+  }
+  r.max_model_len = es.max_model_len.value_or(m.max_context);
+  r.max_model_len_given = es.max_model_len.has_value();
+  // The longest request one pool holds, up to `cap`: what one sequence needs only grows.
+  auto longest_up_to = [&](u64 cap) -> u64 {
+    auto holds_one = [&](u64 tokens) { return engine_pool->at(tokens).max_sequences >= 1; };
+    if (cap == 0 || !holds_one(1)) {
+      return 0;
+    }
+    u64 lo = 1;
+    u64 hi = cap;
+    if (holds_one(hi)) {
+      return hi;
+    }
+    while (hi - lo > 1) {
+      u64 mid = lo + (hi - lo) / 2;
+      (holds_one(mid) ? lo : hi) = mid;
+    }
+    return lo;
+  };
+  if (r.fits && r.max_model_len > 0) {
+    u64 longest = longest_up_to(r.max_model_len);
+    r.longest_request = longest;
+    if (longest < r.max_model_len) {
+      rules.long_model_len(
+          {r.max_model_len, r.max_model_len_given, longest, engine_pool->at(r.max_model_len)}, r);
+    }
+  }
+
   // Sequences at each context, over the whole deployment.
   auto deployment = [&](ContextCapacity c) {
     c.max_sequences = r.fits ? checked_mul(c.max_sequences, r.kv_pools) : 0;
@@ -305,7 +363,16 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
     return c;
   };
   for (u64 tokens : req.contexts) {
+    if (r.max_model_len_given && tokens > r.max_model_len) {
+      throw InputError("context " + group_digits(tokens) + " exceeds --max-model-len " +
+                       group_digits(r.max_model_len) +
+                       " (a plan's max_model_len): the engine rejects longer requests; ask for "
+                       "contexts up to it, or raise it");
+    }
     r.contexts.push_back(deployment(engine_pool->at(tokens)));
+    if (r.fits && r.contexts.back().max_sequences == 0) {
+      r.notes.push_back(rules.too_long(engine_pool->at(tokens), longest_up_to(tokens), r));
+    }
     if (m.max_context && tokens > m.max_context) {
       r.notes.push_back(m.name + ": context " + group_digits(tokens) +
                         " exceeds its max_context of " + group_digits(m.max_context) + " tokens");
@@ -332,13 +399,16 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
     if (want == 0) {
       throw InputError("--max-context-at needs at least 1 sequence");
     }
-    u64 limit = m.max_context ? m.max_context : (1ULL << 24);
+    u64 limit = r.max_model_len ? r.max_model_len : k_search_limit;
     auto holds = [&](u64 tokens) {
       return deployment(engine_pool->at(tokens)).max_sequences >= want;
     };
+    r.max_context_limited_by = "kv_cache";
     if (holds(limit)) {
       r.max_context_at = limit;
-      r.max_context_capped = true;
+      r.max_context_limited_by = r.max_model_len_given ? "max_model_len"
+                                 : r.max_model_len     ? "max_context"
+                                                       : "search_limit";
     } else if (holds(1)) {
       u64 lo = 1;
       u64 hi = limit;
@@ -355,6 +425,38 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
     }
   }
   return r;
+}
+
+bool holds_every_context(const CapacityResult& r) {
+  if (!r.fits) {
+    return false;
+  }
+  if (r.max_context_at && *r.max_context_at == 0) {
+    return false;
+  }
+  return std::all_of(r.contexts.begin(), r.contexts.end(),
+                     [](const ContextCapacity& c) { return c.max_sequences > 0; });
+}
+
+std::optional<Parallelism> smallest_fitting_tp(const CapacityRequest& request) {
+  CapacityRequest q = request;
+  q.explain = false;
+  for (u64 tp = request.parallel.tp * 2; tp <= 64; tp *= 2) {
+    q.parallel.tp = tp;
+    q.parallel.gpus = tp * q.parallel.pp;
+    if (q.parallel.dp_attention) {
+      q.parallel.dp = tp;
+      q.parallel.ep = 0;
+    }
+    try {
+      if (holds_every_context(compute_capacity(q))) {
+        return q.parallel;
+      }
+    } catch (const InputError&) {
+      // This tp does not divide the heads: try the next.
+    }
+  }
+  return std::nullopt;
 }
 
 } // namespace kvcalc::kv

@@ -60,6 +60,14 @@ public:
   [[nodiscard]] virtual ContextCapacity at(u64 tokens) const = 0;
 };
 
+/// One request of the engine's max model length against the pool.
+struct LongModelLen {
+  u64 max_model_len = 0;
+  bool given = false;   ///< --max-model-len (a plan's max_model_len); else the model's own
+  u64 longest = 0;      ///< the longest request one pool holds (0: none)
+  ContextCapacity need; ///< what one request of max_model_len takes
+};
+
 class EngineRules {
 public:
   virtual ~EngineRules() = default;
@@ -81,6 +89,15 @@ public:
   /// of `r`.
   [[nodiscard]] virtual std::unique_ptr<Pool> plan(const PlanInputs& in, CapacityResult& r,
                                                    Derivation& why) const = 0;
+  /// What the engine does when one request of its max model length does not fit its pool,
+  /// whose longest is `longest` tokens: refuse to start (vLLM, and plain with a length given),
+  /// or start and serve shorter requests (SGLang, TensorRT-LLM). Fills r.fits / r.reason or
+  /// adds a note.
+  virtual void long_model_len(const LongModelLen& at, CapacityResult& r) const;
+  /// Why one request that takes `need` does not fit, in the engine's terms ("vLLM refuses to
+  /// start with --max-model-len 32,768 or more: ..."); `longest` is the longest that does.
+  [[nodiscard]] virtual std::string too_long(const ContextCapacity& need, u64 longest,
+                                             const CapacityResult& r) const;
 };
 
 [[nodiscard]] const EngineRules& engine_rules(Engine e);

@@ -135,6 +135,22 @@ public:
 
 class SglangRules : public EngineRules {
 public:
+  /// SGLang starts with a pool shorter than its context length; the scheduler then takes
+  /// max_req_len = min(context_len, max_total_num_tokens) − 1 and rejects longer requests.
+  void long_model_len(const LongModelLen& at, CapacityResult& r) const override {
+    u64 max_req_len = at.longest > 0 ? at.longest - 1 : 0;
+    r.notes.push_back("SGLang starts with context length " + group_digits(at.max_model_len) +
+                      " though one request takes at most " + group_digits(at.longest) +
+                      " tokens of its pool: it rejects requests over " + group_digits(max_req_len) +
+                      " tokens (max_req_len = min(context_len, pool) − 1)");
+  }
+
+  [[nodiscard]] std::string too_long(const ContextCapacity& need, u64 longest,
+                                     const CapacityResult& /*r*/) const override {
+    return "SGLang rejects a request of " + group_digits(need.tokens) +
+           " tokens: its pool holds one of at most " + group_digits(longest) + " tokens";
+  }
+
   [[nodiscard]] std::string_view version() const override {
     return "SGLang v0.5.10 (srt/model_executor/pool_configurator.py @ 003fca80)";
   }

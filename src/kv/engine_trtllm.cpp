@@ -75,6 +75,20 @@ double estimate_bytes(DType dtype, double elements) {
 
 class TrtllmRules : public EngineRules {
 public:
+  /// KvCacheCreator lowers max_seq_len to what the pool holds (blocks × tokens_per_block) and
+  /// starts, warning "Adjusted max_seq_len".
+  void long_model_len(const LongModelLen& at, CapacityResult& r) const override {
+    r.notes.push_back("TensorRT-LLM starts and lowers max_seq_len from " +
+                      group_digits(at.max_model_len) + " to " + group_digits(at.longest) +
+                      ", what its pool holds (blocks × tokens_per_block)");
+  }
+
+  [[nodiscard]] std::string too_long(const ContextCapacity& need, u64 longest,
+                                     const CapacityResult& /*r*/) const override {
+    return "TensorRT-LLM lowers max_seq_len to " + group_digits(longest) +
+           " and rejects a request of " + group_digits(need.tokens) + " tokens";
+  }
+
   [[nodiscard]] std::string_view version() const override {
     return "TensorRT-LLM 2026 (tensorrt_llm/_torch/pyexecutor/_util.py @ 00043967)";
   }

@@ -22,6 +22,8 @@
 #include <array>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include <kvcalc/core/units.hpp>
 
 #include "engine_rules.hpp"
@@ -95,6 +97,22 @@ private:
   bool m_uniform_type;
 };
 
+/// "20.00 GiB", as vLLM's format_gib prints memory.
+std::string gib(u64 bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(k_gib));
+}
+
+/// What vLLM's start-up check finds short for one request that takes `need`.
+std::string shortfall(const ContextCapacity& need, u64 longest, const CapacityResult& r) {
+  u64 usable = r.num_blocks > 0 ? r.num_blocks - 1 : 0;
+  return "one request of " + group_digits(need.tokens) + " tokens takes " +
+         group_digits(need.blocks_per_sequence) + " blocks (" + gib(need.bytes_per_sequence) +
+         " of KV cache), more than the " + group_digits(usable) + " of the " +
+         group_digits(r.num_blocks) + "-block pool (" + gib(r.kv_pool_bytes_per_gpu) +
+         ") left after the null block; the estimated maximum model length is " +
+         group_digits(longest) + " (--max-model-len " + std::to_string(longest) + ")";
+}
+
 bool big_gpu(const Gpu& gpu) {
   return gpu.memory_bytes >= 70 * k_gib && gpu.name.find("a100") == std::string::npos;
 }
@@ -105,6 +123,25 @@ bool latent_mla(const CacheGroup& g) {
 
 class VllmRules : public EngineRules {
 public:
+  /// _check_enough_kv_cache_memory: one request of max_model_len must fit in the blocks left
+  /// after the null block, or vLLM stops at start-up with the estimate it prints.
+  void long_model_len(const LongModelLen& at, CapacityResult& r) const override {
+    if (at.given) {
+      r.fits = false;
+      r.reason = "vLLM refuses to start: " + shortfall(at.need, at.longest, r);
+    } else {
+      r.notes.push_back("vLLM started without --max-model-len takes the model's " +
+                        group_digits(at.max_model_len) +
+                        " tokens and refuses to start: " + shortfall(at.need, at.longest, r));
+    }
+  }
+
+  [[nodiscard]] std::string too_long(const ContextCapacity& need, u64 longest,
+                                     const CapacityResult& r) const override {
+    return "vLLM refuses to start with --max-model-len " + group_digits(need.tokens) +
+           " or more: " + shortfall(need, longest, r);
+  }
+
   [[nodiscard]] std::string_view version() const override {
     return "vLLM v0.20 (vllm/v1/core/kv_cache_utils.py @ 001cabc1)";
   }
@@ -279,6 +316,24 @@ public:
       line.insert(line.end(), {"; num_blocks = ", bytes(in.pool_bytes), " // ", bytes(page), " // ",
                                num(group_size), " = ", num(num_blocks)});
       why.add_line(std::move(line));
+    }
+
+    if (in.settings.num_gpu_blocks) {
+      // --num-gpu-blocks-override replaces the count before the start-up check (#41069): the
+      // pool is then that many blocks, whatever the budget left.
+      u64 blocks = *in.settings.num_gpu_blocks;
+      u64 pool = checked_mul(blocks, bytes_per_block, "--num-gpu-blocks-override × block bytes");
+      why.add("vLLM: num_gpu_blocks_override ", num(blocks), " replaces ", num(num_blocks),
+              " blocks: ", bytes(pool), " per GPU");
+      if (pool > in.pool_bytes) {
+        r.notes.push_back("--num-gpu-blocks-override " + group_digits(blocks) + " blocks take " +
+                          group_digits(pool) + " B per GPU, more than the " +
+                          group_digits(in.pool_bytes) +
+                          " B the budget leaves for the KV cache: vLLM allocates them all the "
+                          "same and may run out of memory");
+      }
+      num_blocks = blocks;
+      r.kv_pool_bytes_per_gpu = pool;
     }
 
     u64 n_groups = 0;

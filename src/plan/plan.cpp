@@ -20,7 +20,7 @@ namespace {
 
 using detail::MapReader;
 
-constexpr std::array<std::string_view, 29> k_setting_keys{"model",
+constexpr std::array<std::string_view, 31> k_setting_keys{"model",
                                                           "gpu",
                                                           "gpus",
                                                           "tp",
@@ -37,6 +37,8 @@ constexpr std::array<std::string_view, 29> k_setting_keys{"model",
                                                           "block_size",
                                                           "max_batched_tokens",
                                                           "max_seqs",
+                                                          "max_model_len",
+                                                          "num_gpu_blocks_override",
                                                           "reserve",
                                                           "non_kv_memory",
                                                           "kv_cache_memory",
@@ -103,6 +105,15 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   optional_count("block_size", q.engine.block_size);
   optional_count("max_batched_tokens", q.engine.max_batched_tokens);
   optional_count("max_seqs", q.engine.max_seqs);
+  optional_count("max_model_len", q.engine.max_model_len);
+  optional_count("num_gpu_blocks_override", q.engine.num_gpu_blocks);
+  if (r.has("num_gpu_blocks_override") && q.engine.engine != Engine::vllm) {
+    r.fail("num_gpu_blocks_override", "num_gpu_blocks_override belongs to engine vllm; set "
+                                      "engine: vllm first");
+  }
+  if (q.engine.num_gpu_blocks && *q.engine.num_gpu_blocks == 0) {
+    r.fail("num_gpu_blocks_override", "num_gpu_blocks_override must be at least 1 block");
+  }
   auto optional_bytes = [&](std::string_view key, std::optional<u64>& into) {
     if (r.has(key)) {
       into = r.parsed(key, [&](const std::string& t) { return parse_bytes(t, key); });
@@ -113,7 +124,7 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   optional_bytes("kv_cache_memory", q.engine.kv_cache_bytes);
   auto dtype = [&](std::string_view key, std::optional<DType>& into) {
     if (r.has(key)) {
-      into = r.parsed(key, [&](const std::string& t) { return parse_dtype(t, key); });
+      into = r.parsed(key, [&](const std::string& t) { return parse_dtype_or_auto(t, key); });
     }
   };
   dtype("kv_dtype", q.cache.dtype);
@@ -324,7 +335,10 @@ std::vector<ScenarioResult> evaluate_plan(const Plan& plan, Diagnostics& diagnos
         u64 got = x.max_context_at.value_or(0);
         rr.text = "≥ " + group_digits(q.value) + " tokens of context at " +
                   group_digits(q.sequences) + " sequences";
-        rr.actual = group_digits(got) + (x.max_context_capped ? " (model max)" : "");
+        rr.actual =
+            group_digits(got) + (x.max_context_limited_by == "max_model_len" ? " (max_model_len)"
+                                 : x.max_context_limited_by == "max_context" ? " (model max)"
+                                                                             : "");
         rr.actual_count = got;
         rr.passed = got >= q.value;
         break;

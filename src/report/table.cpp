@@ -97,6 +97,8 @@ std::string format_cell(const Cell& cell, ByteUnits units) {
     return fmt::format("{}{:.1f}%", d > 0 ? "+" : "", d * 100.0);
   case Unit::ratio:
     return significant(d, 3) + "x";
+  case Unit::concurrency: // cut to two decimals: 29.996 is 29.99x, never 30.0x beside 29 seqs
+    return fmt::format("{:.2f}x", std::floor(d * 100.0 * (1 + 1e-12)) / 100.0);
   case Unit::flops:
     return si_rate(d, "FLOP/s");
   case Unit::bytes_per_s:

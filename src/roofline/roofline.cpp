@@ -845,9 +845,11 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   WeightBytes weights = weight_bytes(m, count_params(m), deployment.weight_dtype,
                                      weight_sharding(deployment, req.draft_tokens > 0));
   if (weights.per_gpu > req.gpu.memory_bytes) {
+    out.weights_fit = false;
     out.notes.push_back(m.name + ": its weights (" + group_digits(weights.per_gpu) +
                         " B per GPU at tp " + std::to_string(par.tp) + ") do not fit in one " +
-                        req.gpu.name + "; the step is computed all the same");
+                        req.gpu.name +
+                        "; the step is computed all the same (more --tp or --pp spreads them)");
   }
   return out;
 }

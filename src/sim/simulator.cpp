@@ -78,7 +78,7 @@ SimConfig instance_config(const CapacityRequest& request, const CapacityResult& 
   }
   c.max_batched_tokens = capacity.max_batched_tokens;
   c.max_seqs = capacity.max_seqs;
-  c.max_context = m.max_context;
+  c.max_context = capacity.max_model_len;
   c.kv_bytes_per_token = static_cast<double>(capacity.kv_bytes_per_token_per_gpu);
   return c;
 }

@@ -493,3 +493,98 @@ TEST_CASE("a plan reads dp and redundant_experts into its deployment", "[plan][d
   CHECK(d.attention_tp == 8);
   CHECK(d.experts_per_rank == 17); // (256 + 16) / 16
 }
+
+TEST_CASE("vLLM's start-up check holds the null block back, and SGLang and TensorRT-LLM start",
+          "[capacity][max_model_len]") {
+  // Llama-3.1-8B: a block of 16 tokens over 32 layers of 8 heads × 2 × 128 × 2 B is 2 MiB, so a
+  // pool given as 100 such blocks has 100 blocks; one request may take 99.
+  const u64 block_bytes = 16ULL * 32 * 8 * 2 * 128 * 2;
+  REQUIRE(block_bytes == 2097152);
+  CapacityRequest q = request(zoo("llama-3.1-8b"), "h100", Engine::vllm, {1024});
+  q.engine.kv_cache_bytes = 100 * block_bytes;
+
+  SECTION("a length of 99 blocks starts; its estimate is 99 × 16 = 1,584") {
+    q.engine.max_model_len = 1584;
+    CapacityResult r = compute_capacity(q);
+    CHECK(r.num_blocks == 100);
+    CHECK(r.fits);
+    CHECK(r.longest_request == 1584);
+  }
+  SECTION("one token more needs the 100th block, which the null block holds") {
+    q.engine.max_model_len = 1585;
+    CapacityResult r = compute_capacity(q);
+    CHECK_FALSE(r.fits);
+    CHECK(r.longest_request == 1584);
+    CHECK(r.reason.find("vLLM refuses to start") != std::string::npos);
+    CHECK(r.reason.find("estimated maximum model length is 1,584") != std::string::npos);
+    CHECK_FALSE(holds_every_context(r));
+  }
+  SECTION("without --max-model-len the model's 131,072 is checked and only remarked on") {
+    CapacityResult r = compute_capacity(q);
+    CHECK(r.fits);
+    CHECK(r.max_model_len == 131072);
+    CHECK_FALSE(r.max_model_len_given);
+    CHECK(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+      return n.find("started without --max-model-len") != std::string::npos;
+    }));
+  }
+  SECTION("--num-gpu-blocks-override replaces the count before the check") {
+    q.engine.kv_cache_bytes.reset();
+    q.engine.num_gpu_blocks = 50;
+    q.engine.max_model_len = 49 * 16;
+    q.contexts = {512};
+    CapacityResult r = compute_capacity(q);
+    CHECK(r.num_blocks == 50);
+    CHECK(r.kv_pool_bytes_per_gpu == 50 * block_bytes);
+    CHECK(r.fits);
+    q.engine.max_model_len = 49 * 16 + 1;
+    CHECK_FALSE(compute_capacity(q).fits);
+  }
+  SECTION("--max-context-at stops at --max-model-len and says so") {
+    q.engine.max_model_len = 1000;
+    q.contexts.clear();
+    q.max_context_at = 1;
+    CapacityResult r = compute_capacity(q);
+    CHECK(r.max_context_at == 1000);
+    CHECK(r.max_context_limited_by == "max_model_len");
+  }
+  SECTION("a context past --max-model-len is refused as bad input") {
+    q.engine.max_model_len = 1000;
+    CHECK_THROWS_AS(compute_capacity(q), InputError);
+  }
+  SECTION("SGLang starts with a short pool and rejects long requests; a context it cannot hold "
+          "is no fit") {
+    q.engine.engine = Engine::sglang;
+    q.contexts = {1024, 4096};
+    q.engine.kv_cache_bytes = 2000 * 131072ULL; // 2,000 tokens of 128 KiB
+    CapacityResult r = compute_capacity(q);
+    CHECK(r.fits);
+    CHECK(r.longest_request == 2000);
+    CHECK(r.contexts[0].max_sequences == 1);
+    CHECK(r.contexts[1].max_sequences == 0);
+    CHECK_FALSE(holds_every_context(r));
+    CHECK(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+      return n.find("rejects requests over 1,999 tokens") != std::string::npos;
+    }));
+  }
+  SECTION("TensorRT-LLM lowers max_seq_len to its blocks × 32") {
+    q.engine.engine = Engine::trtllm;
+    q.engine.kv_cache_bytes = 64 * 32 * 131072ULL; // 64 blocks of 32 tokens
+    CapacityResult r = compute_capacity(q);
+    CHECK(r.fits);
+    CHECK(r.longest_request == 64 * 32);
+  }
+}
+
+TEST_CASE("a deployment that does not fit names the smallest tp that does", "[capacity]") {
+  CapacityRequest q = request(zoo("llama-3.1-70b"), "h100", Engine::vllm, {32768});
+  q.parallel.tp = 2;
+  q.parallel.gpus = 2;
+  CapacityResult r = compute_capacity(q);
+  CHECK(r.fits);
+  CHECK_FALSE(holds_every_context(r)); // 2,048 blocks needed, 1,756 usable
+  std::optional<Parallelism> p = smallest_fitting_tp(q);
+  REQUIRE(p);
+  CHECK(p->tp == 4);
+  CHECK(p->gpus == 4);
+}

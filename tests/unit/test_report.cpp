@@ -25,6 +25,11 @@ TEST_CASE("cells format by unit", "[report]") {
   CHECK(format_cell(Cell::percent(-0.875), ByteUnits::iec) == "-87.5%");
   CHECK(format_cell(Cell::percent(0.25), ByteUnits::iec) == "+25.0%");
   CHECK(format_cell(Cell::ratio(28.444), ByteUnits::iec) == "28.4x");
+  // An engine's concurrency is cut, not rounded: never a whole sequence more than it holds.
+  CHECK(format_cell(Cell::concurrency(29.996), ByteUnits::iec) == "29.99x");
+  CHECK(format_cell(Cell::concurrency(126.9), ByteUnits::iec) == "126.90x");
+  CHECK(format_cell(Cell::concurrency(30.0), ByteUnits::iec) == "30.00x");
+  CHECK(format_cell(Cell::concurrency(0.859), ByteUnits::iec) == "0.85x");
   CHECK(format_cell(Cell::empty(), ByteUnits::iec) == "-");
   // An estimated byte count shows the whole bytes below it, and never wraps.
   CHECK(format_cell(Cell::byte_estimate(511.9), ByteUnits::iec) == "511 B");

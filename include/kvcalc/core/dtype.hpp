@@ -1,6 +1,7 @@
 #pragma once
 /// Element types of weights, activations and KV caches.
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,9 @@ enum class DType {
 /// Parses a dtype name, accepting common aliases (fp8 = fp8_e4m3, bfloat16, float16, half,
 /// float32, e4m3, e5m2, ...). Throws InputError with a did-you-mean naming `what`.
 [[nodiscard]] DType parse_dtype(std::string_view text, std::string_view what = "dtype");
+/// As parse_dtype, with `auto` (vLLM's spelling of "the model's own") as nullopt.
+[[nodiscard]] std::optional<DType> parse_dtype_or_auto(std::string_view text,
+                                                       std::string_view what = "dtype");
 
 /// Canonical names, for help texts and suggestions.
 [[nodiscard]] std::span<const std::string> dtype_names();

@@ -10,10 +10,11 @@ namespace kvcalc {
 
 /// Process exit codes (docs/cli.md).
 enum class ExitCode : int {
-  ok = 0,          ///< success
-  error = 1,       ///< an internal or environment error (I/O, unexpected state)
-  bad_input = 2,   ///< bad command line, model file, or value
-  plan_failed = 3, ///< a capacity-plan requirement failed
+  ok = 0,           ///< success
+  error = 1,        ///< an internal or environment error (I/O, unexpected state)
+  bad_input = 2,    ///< bad command line, model file, or value
+  plan_failed = 3,  ///< a capacity-plan requirement failed
+  does_not_fit = 4, ///< the deployment cannot hold the model (or one request of its length)
 };
 
 /// Where in an input file something was found. Lines and columns count from 1; 0 means unknown.
@@ -50,6 +51,13 @@ public:
 
 private:
   static std::string prefix(const SourceLocation& where);
+};
+
+/// A deployment that cannot hold the model, or one request of the length asked: the engine
+/// would refuse to start. Exit code 4.
+class DoesNotFit : public Error {
+public:
+  explicit DoesNotFit(const std::string& message) : Error(message, ExitCode::does_not_fit) {}
 };
 
 /// A size computation that does not fit in 64 bits. It is bad input: no real model gets there.

@@ -1,6 +1,7 @@
 #pragma once
 /// One table of names per enum: printing, parsing, the "(one of: ...)" text and did-you-mean
-/// all read it, so a name is written once.
+/// all read it, so a name is written once. A value may have several entries: the first is its
+/// name, the others aliases that parse to it.
 
 #include <array>
 #include <optional>
@@ -53,16 +54,28 @@ public:
     return std::nullopt;
   }
 
-  /// "a, b, c".
+  /// "a, b, c": the canonical names.
   [[nodiscard]] std::string list() const {
     std::string out;
-    for (const auto& e : m_entries) {
-      out += (out.empty() ? "" : ", ") + std::string(e.name);
+    for (const auto& n : names()) {
+      out += (out.empty() ? "" : ", ") + n;
     }
     return out;
   }
 
+  /// The canonical names: the first entry of each value (later ones are aliases).
   [[nodiscard]] std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& e : m_entries) {
+      if (name(e.value) == e.name) {
+        out.emplace_back(e.name);
+      }
+    }
+    return out;
+  }
+
+  /// Every name, aliases included.
+  [[nodiscard]] std::vector<std::string> all_names() const {
     std::vector<std::string> out;
     for (const auto& e : m_entries) {
       out.emplace_back(e.name);
@@ -73,7 +86,7 @@ public:
   /// "unknown <what> 'x'; did you mean 'y'? (one of: a, b, c)".
   [[nodiscard]] std::string unknown(std::string_view text) const {
     return "unknown " + std::string(m_what) + " '" + std::string(text) + "'" +
-           did_you_mean(text, names()) + " (one of: " + list() + ")";
+           did_you_mean(text, all_names()) + " (one of: " + list() + ")";
   }
 
   /// The value named `text`; an InputError with a did-you-mean otherwise.

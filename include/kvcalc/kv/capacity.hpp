@@ -20,11 +20,16 @@ namespace kvcalc::kv {
 
 enum class Engine { plain, vllm, sglang, trtllm };
 
-inline constexpr NameTable<Engine, 4> k_engines{"engine",
+/// The engines, with the names users type for them (any case).
+inline constexpr NameTable<Engine, 8> k_engines{"engine",
                                                 {{{Engine::plain, "plain"},
                                                   {Engine::vllm, "vllm"},
                                                   {Engine::sglang, "sglang"},
-                                                  {Engine::trtllm, "trtllm"}}}};
+                                                  {Engine::trtllm, "trtllm"},
+                                                  {Engine::sglang, "sgl"},
+                                                  {Engine::trtllm, "tensorrt-llm"},
+                                                  {Engine::trtllm, "tensorrt_llm"},
+                                                  {Engine::trtllm, "trt-llm"}}}};
 
 [[nodiscard]] std::string_view engine_name(Engine e);
 [[nodiscard]] Engine parse_engine(std::string_view text);
@@ -49,6 +54,10 @@ struct EngineSettings {
   std::optional<u64> non_kv_bytes;   ///< everything but KV per GPU, as the engine measured it
   std::optional<u64> kv_cache_bytes; ///< the KV pool per GPU, as the engine reported it
   MambaCacheMode mamba_cache_mode = MambaCacheMode::none; ///< vLLM, hybrid models
+  /// The longest request the engine is started for (vLLM --max-model-len, SGLang
+  /// --context-length, TensorRT-LLM max_seq_len); the model's max_context when unset.
+  std::optional<u64> max_model_len;
+  std::optional<u64> num_gpu_blocks; ///< vLLM --num-gpu-blocks-override: the pool's block count
 };
 
 struct CapacityRequest {
@@ -139,8 +148,15 @@ struct CapacityResult {
   bool fits = true;
   std::string reason; ///< why not, when !fits
   std::vector<ContextCapacity> contexts;
-  std::optional<u64> max_context_at;        ///< longest context holding the requested sequences
-  bool max_context_capped = false;          ///< ... limited by the model's max_context, not by KV
+  std::optional<u64> max_context_at; ///< longest context holding the requested sequences
+  /// What ends that context: "kv_cache", or the length the search stops at: "max_model_len"
+  /// (given), "max_context" (the model's) or "search_limit" (2^24 tokens, the model gives none).
+  std::string max_context_limited_by;
+  u64 max_model_len = 0;            ///< the engine's, as applied (0: the model gives none)
+  bool max_model_len_given = false; ///< set by the user, not the model's max_context
+  /// The longest request one pool holds, up to max_model_len (vLLM's "estimated maximum model
+  /// length"); unset when the model gives no length or nothing fits.
+  std::optional<u64> longest_request;
   std::vector<CacheGroup> cache_groups;     ///< the cache as one GPU holds it
   std::vector<PoolGroup> pool_groups;       ///< the engine's grouping of it
   std::vector<SequencePool> sequence_pools; ///< how a serving run draws on the pools
@@ -151,6 +167,14 @@ struct CapacityResult {
 };
 
 [[nodiscard]] CapacityResult compute_capacity(const CapacityRequest& request);
+
+/// Whether the deployment holds the model and at least one sequence of every context asked
+/// (and of --max-context-at's answer): what every command calls "fits".
+[[nodiscard]] bool holds_every_context(const CapacityResult& r);
+
+/// The smallest power-of-two tensor parallelism above the request's at which it fits (with
+/// gpus = tp × pp, one copy), or nullopt when none up to 64 does.
+[[nodiscard]] std::optional<Parallelism> smallest_fitting_tp(const CapacityRequest& request);
 
 /// SGLang's default mem_fraction_static for this GPU and parallelism (v0.5.3+ rule).
 [[nodiscard]] double sglang_mem_fraction_static(const device::Gpu& gpu, u64 tp, u64 pp,

@@ -17,6 +17,7 @@ enum class Unit {
   bytes,       ///< humanized for people (274.5 MiB), exact in CSV
   bytes_exact, ///< exact with grouping for people (70,272 B)
   ratio,       ///< a dimensionless factor (0.125x)
+  concurrency, ///< requests an engine holds at once, two decimals cut, not rounded (29.99x)
   percent,     ///< a fraction shown as a signed percentage (-87.5%); stored as a fraction
   number,      ///< a real number, four significant digits
   flops,       ///< FLOP/s, SI prefixes (989.4 TFLOP/s)
@@ -45,6 +46,8 @@ struct Cell {
   /// Bytes a model estimates (a roofline op's traffic): kept as computed, shown as whole bytes.
   static Cell byte_estimate(double v) { return {v, Unit::bytes, {}}; }
   static Cell ratio(double v) { return {v, Unit::ratio, {}}; }
+  /// An engine's "maximum concurrency": never shown above the whole sequences it holds.
+  static Cell concurrency(double v) { return {v, Unit::concurrency, {}}; }
   static Cell percent(double fraction) { return {fraction, Unit::percent, {}}; }
   static Cell number(double v) { return {v, Unit::number, {}}; }
   static Cell flops(double v) { return {v, Unit::flops, {}}; }

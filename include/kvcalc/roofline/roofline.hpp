@@ -136,6 +136,7 @@ struct RooflineResult {
   u64 micro_batches = 1;           ///< in flight: pp
   std::optional<Collective> stage_transfer; ///< pp: activations from one stage to the next
   std::string rates_source;
+  bool weights_fit = true; ///< the weights of one GPU fit its memory (else computed all the same)
   std::vector<std::string> notes;
 };
 

@@ -75,7 +75,7 @@ struct SimResult {
   u64 requests_completed = 0;
   u64 requests_rejected = 0;
   u64 rejected_pool = 0;    ///< needed more of a pool than one sequence may hold
-  u64 rejected_context = 0; ///< prompt + output past the model's max_context
+  u64 rejected_context = 0; ///< prompt + output past the engine's max model length
   u64 preemptions = 0;
   u64 steps = 0;
   double first_arrival_s = 0;
