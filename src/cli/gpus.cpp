@@ -1,5 +1,6 @@
 // `gpus`: the GPU catalog.
 
+#include <algorithm>
 #include <memory>
 
 #include <kvcalc/report/record.hpp>
@@ -27,14 +28,20 @@ Record describe_gpu(const Gpu& g) {
   r.value("architecture", Cell::text(g.architecture), k_json_only);
   r.value("memory_bytes", "memory", Cell::bytes(g.memory_bytes));
   r.value("memory_nominal_bytes", Cell::count(g.memory_nominal_bytes), k_json_only);
+  // A user's entry may leave figures out: those read "-" (null in JSON).
+  auto given = [&g](std::string_view key) {
+    return std::find(g.not_given.begin(), g.not_given.end(), key) == g.not_given.end();
+  };
   r.value("memory_bandwidth_bytes_per_s", "bandwidth",
-          Cell::bytes_per_s(g.memory_bandwidth_bytes_per_s));
+          given("memory_bandwidth_bytes_per_s") ? Cell::bytes_per_s(g.memory_bandwidth_bytes_per_s)
+                                                : Cell::empty());
   describe_peak_flops(r.object("flops_per_s"), g.flops_per_s, "", k_json_only);
-  r.value("sm_count", "SMs", Cell::count(g.sm_count));
-  r.value("l2_bytes", Cell::count(g.l2_bytes), k_json_only);
+  r.value("sm_count", "SMs", given("sm_count") ? Cell::count(g.sm_count) : Cell::empty());
+  r.value("l2_bytes", given("l2_bytes") ? Cell::count(g.l2_bytes) : Cell::empty(), k_json_only);
   Record& link = r.object("interconnect");
-  link.value("kind", Cell::text(g.interconnect));
-  link.value("bytes_per_s", Cell::number(g.interconnect_bytes_per_s));
+  link.value("kind", given("interconnect") ? Cell::text(g.interconnect) : Cell::empty());
+  link.value("bytes_per_s",
+             given("interconnect") ? Cell::number(g.interconnect_bytes_per_s) : Cell::empty());
   link.value("domain", g.scale_up_domain ? Cell::count(g.scale_up_domain) : Cell::empty());
   link.value("latency_s", g.interconnect_latency_s > 0 ? Cell::seconds(g.interconnect_latency_s)
                                                        : Cell::empty());
@@ -53,7 +60,10 @@ Record describe_gpu(const Gpu& g) {
   r.value("fp8_flops_per_s", "fp8 dense", rate(g.flops_per_s.fp8), k_tables_only);
   r.value("fp4_flops_per_s", "fp4 dense", rate(g.flops_per_s.fp4), k_tables_only);
   r.value("ridge_bf16_flop_per_byte", "ridge bf16",
-          Cell::number(*bf16 / g.memory_bandwidth_bytes_per_s), k_tables_only);
+          bf16 && g.memory_bandwidth_bytes_per_s > 0
+              ? Cell::number(*bf16 / g.memory_bandwidth_bytes_per_s)
+              : Cell::empty(),
+          k_tables_only);
   r.value("interconnect", "link", Cell::text(g.interconnect), k_tables_only);
   r.value("scale_up_domain", "domain",
           g.scale_up_domain ? Cell::count(g.scale_up_domain) : Cell::empty(), k_tables_only);

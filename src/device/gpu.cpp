@@ -44,6 +44,8 @@ using detail::MapReader;
 /// The largest scale-up domain a catalog may state: beyond any rack built.
 constexpr u64 k_max_domain = 4096;
 
+Gpu checked_memory(const MapReader& r, Gpu g);
+
 /// `latency_s` of a link: a time between 0 and 1 ms, 0 when not stated.
 double link_latency(const MapReader& link) {
   if (!link.has("latency_s")) {
@@ -57,7 +59,8 @@ double link_latency(const MapReader& link) {
   return v;
 }
 
-Gpu read_gpu(const MapReader& r) {
+Gpu read_gpu(const MapReader& r, CatalogKind kind) {
+  bool every = kind == CatalogKind::bundled;
   r.allow_only({"name", "display_name", "aliases", "vendor", "architecture", "memory_bytes",
                 "memory_nominal_bytes", "memory_bandwidth_bytes_per_s", "flops_per_s", "sm_count",
                 "l2_bytes", "interconnect", "scale_out", "source"});
@@ -73,28 +76,60 @@ Gpu read_gpu(const MapReader& r) {
       g.aliases.push_back(detail::scalar_of(a, r.locations()->file(), "each alias"));
     }
   }
-  g.vendor = r.required_text("vendor", "nvidia or amd");
-  g.architecture = r.required_text("architecture", "ampere, ada, hopper, blackwell, cdna3, ...");
+  g.file = r.locations()->file();
+  // A user's entry may leave out what its commands do not use; the bundled one states all.
+  auto given = [&](std::string_view key) {
+    if (r.has(key)) {
+      return true;
+    }
+    if (every) {
+      return true; // the required reader below names it
+    }
+    g.not_given.emplace_back(key);
+    return false;
+  };
+  if (given("vendor")) {
+    g.vendor = r.required_text("vendor", "nvidia or amd");
+  }
+  if (given("architecture")) {
+    g.architecture = r.required_text("architecture", "ampere, ada, hopper, blackwell, cdna3, ...");
+  }
   g.memory_bytes = r.required_count("memory_bytes", "usable memory, as the driver reports it");
-  g.memory_nominal_bytes = r.required_count("memory_nominal_bytes", "memory as marketed");
-  auto bandwidth = r.device_rate("memory_bandwidth_bytes_per_s");
-  if (!bandwidth) {
-    r.missing("memory_bandwidth_bytes_per_s", "the datasheet memory bandwidth, bytes per second");
+  g.memory_nominal_bytes = given("memory_nominal_bytes")
+                               ? r.required_count("memory_nominal_bytes", "memory as marketed")
+                               : g.memory_bytes;
+  if (given("memory_bandwidth_bytes_per_s")) {
+    auto bandwidth = r.device_rate("memory_bandwidth_bytes_per_s");
+    if (!bandwidth) {
+      r.missing("memory_bandwidth_bytes_per_s", "the datasheet memory bandwidth, bytes per second");
+    }
+    g.memory_bandwidth_bytes_per_s = *bandwidth;
   }
-  g.memory_bandwidth_bytes_per_s = *bandwidth;
-  auto flops = r.map("flops_per_s");
-  if (!flops) {
-    r.missing("flops_per_s", "dense peak FLOP/s per dtype");
+  if (given("flops_per_s")) {
+    auto flops = r.map("flops_per_s");
+    if (!flops) {
+      r.missing("flops_per_s", "dense peak FLOP/s per dtype");
+    }
+    flops->allow_only({"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"});
+    for (const auto& field : k_peak_flops_fields) {
+      g.flops_per_s.*field.value = flops->device_rate(field.name);
+    }
+    if (!g.flops_per_s.bf16 && !g.flops_per_s.fp16) {
+      flops->fail("bf16", "a GPU needs at least a bf16 or fp16 dense peak");
+    }
   }
-  flops->allow_only({"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"});
-  for (const auto& field : k_peak_flops_fields) {
-    g.flops_per_s.*field.value = flops->device_rate(field.name);
+  if (given("sm_count")) {
+    g.sm_count = r.required_count("sm_count", "streaming multiprocessors (CUs on AMD)");
   }
-  if (!g.flops_per_s.bf16 && !g.flops_per_s.fp16) {
-    flops->fail("bf16", "a GPU needs at least a bf16 or fp16 dense peak");
+  if (given("l2_bytes")) {
+    g.l2_bytes = r.required_count("l2_bytes", "last-level cache bytes");
   }
-  g.sm_count = r.required_count("sm_count", "streaming multiprocessors (CUs on AMD)");
-  g.l2_bytes = r.required_count("l2_bytes", "last-level cache bytes");
+  if (given("source")) {
+    g.source = r.required_text("source", "where the figures come from");
+  }
+  if (!given("interconnect")) {
+    return checked_memory(r, std::move(g));
+  }
   auto link = r.map("interconnect");
   if (!link) {
     r.missing("interconnect", "kind and bytes_per_s of the GPU-to-GPU link");
@@ -125,7 +160,11 @@ Gpu read_gpu(const MapReader& r) {
     g.scale_out.bytes_per_s = *rate;
     g.scale_out.latency_s = link_latency(*out);
   }
-  g.source = r.required_text("source", "where the figures come from");
+  return checked_memory(r, std::move(g));
+}
+
+/// `g`, its memory sizes checked.
+Gpu checked_memory(const MapReader& r, Gpu g) {
   if (g.memory_bytes == 0 || g.memory_nominal_bytes == 0) {
     r.fail("memory_bytes", "memory sizes must be at least 1 byte");
   }
@@ -141,7 +180,28 @@ Gpu read_gpu(const MapReader& r) {
 
 } // namespace
 
-std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& file) {
+void require_figures(const Gpu& gpu, std::initializer_list<std::string_view> keys,
+                     std::string_view what) {
+  std::vector<std::string> missing;
+  for (std::string_view key : keys) {
+    if (std::find(gpu.not_given.begin(), gpu.not_given.end(), key) != gpu.not_given.end()) {
+      missing.emplace_back(key);
+    }
+  }
+  if (missing.empty()) {
+    return;
+  }
+  std::string list;
+  for (std::size_t i = 0; i < missing.size(); ++i) {
+    list += (i == 0 ? "" : i + 1 == missing.size() ? " and " : ", ") + missing[i];
+  }
+  throw InputError(gpu.file + ": GPU '" + gpu.name + "' does not give " + list + ", which " +
+                   std::string(what) + " needs; add " + (missing.size() == 1 ? "it" : "them") +
+                   " to its entry (docs/gpu-catalog.md)");
+}
+
+std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& file,
+                                   CatalogKind kind) {
   YAML::Node root = detail::parse_yaml(text, file);
   auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file),
                                                          "docs/gpu-catalog.md");
@@ -160,7 +220,7 @@ std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& f
   std::vector<std::string> seen;
   for (std::size_t i = 0; i < list.size(); ++i) {
     MapReader entry(list[i], "gpus[" + std::to_string(i) + "]", locations);
-    Gpu g = read_gpu(entry);
+    Gpu g = read_gpu(entry, kind);
     std::vector<std::string> names{ascii_lower(g.name)};
     for (const auto& a : g.aliases) {
       names.push_back(ascii_lower(a));
@@ -192,11 +252,11 @@ GpuCatalog::GpuCatalog(const std::string& extra_file) : m_gpus(builtin_gpus()) {
   if (extra_file.empty()) {
     return;
   }
-  for (Gpu& g : parse_gpu_catalog(read_text_file(extra_file), extra_file)) {
+  for (Gpu& g : parse_gpu_catalog(read_text_file(extra_file), extra_file, CatalogKind::user)) {
     // An alias another GPU already answers to would be shadowed by it, silently: refused.
     for (const std::string& alias : g.aliases) {
       for (const Gpu& b : m_gpus) {
-        bool taken = b.name != g.name &&
+        bool taken = !iequals(b.name, g.name) &&
                      (iequals(b.name, alias) ||
                       std::any_of(b.aliases.begin(), b.aliases.end(),
                                   [&](const std::string& a) { return iequals(a, alias); }));
@@ -207,8 +267,9 @@ GpuCatalog::GpuCatalog(const std::string& extra_file) : m_gpus(builtin_gpus()) {
         }
       }
     }
-    auto same =
-        std::find_if(m_gpus.begin(), m_gpus.end(), [&](const Gpu& b) { return b.name == g.name; });
+    // Names match in any case, as --gpu does: "H200" replaces the bundled h200.
+    auto same = std::find_if(m_gpus.begin(), m_gpus.end(),
+                             [&](const Gpu& b) { return iequals(b.name, g.name); });
     if (same != m_gpus.end()) {
       *same = std::move(g);
     } else {

@@ -37,6 +37,8 @@ MlaMode parse_mla_mode(std::string_view text) {
 }
 
 DeviceRates device_rates(const Gpu& gpu, double bandwidth_efficiency, double flops_efficiency) {
+  device::require_figures(gpu, {"memory_bandwidth_bytes_per_s", "flops_per_s"},
+                          "a step's time (roofline, simulate)");
   DeviceRates r;
   r.bandwidth_bytes_per_s = gpu.memory_bandwidth_bytes_per_s * bandwidth_efficiency;
   for (const auto& field : k_peak_flops_fields) {
@@ -759,6 +761,9 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   }
   if (!(req.acceptance >= 0 && req.acceptance <= 1)) {
     throw InputError("--accept is a probability: from 0 to 1");
+  }
+  if (req.communication && par.tp * par.pp * std::max<u64>(par.ep, 1) > 1) {
+    device::require_figures(req.gpu, {"interconnect"}, "the collectives of a deployment over GPUs");
   }
   StepCost cost(req);
 

@@ -9,10 +9,34 @@ using namespace kvcalc::device;
 
 TEST_CASE("the catalog has every required GPU with every field", "[device]") {
   GpuCatalog catalog;
-  for (const char* name :
-       {"a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "h100-sxm",
-        "h100-pcie", "h100-nvl", "h800", "h20", "h200", "b200", "gb200", "l40s", "l4", "rtx-3090",
-        "rtx-4090", "rtx-5090", "mi300x", "mi325x"}) {
+  for (const char* name : {"a100-sxm-40gb",
+                           "a100-sxm-80gb",
+                           "a100-pcie-40gb",
+                           "a100-pcie-80gb",
+                           "h100-sxm",
+                           "h100-pcie",
+                           "h100-nvl",
+                           "h800",
+                           "h20",
+                           "h200",
+                           "b200",
+                           "gb200",
+                           "l40s",
+                           "l4",
+                           "rtx-3090",
+                           "rtx-4090",
+                           "rtx-5090",
+                           "mi300x",
+                           "mi325x",
+                           "a10g",
+                           "h20-3e",
+                           "h200-nvl",
+                           "b300",
+                           "gb300",
+                           "l20",
+                           "rtx-pro-6000-blackwell-server",
+                           "rtx-pro-6000-blackwell-workstation",
+                           "mi355x"}) {
     INFO(name);
     const Gpu& g = catalog.find(name);
     CHECK(g.name == name);
@@ -27,6 +51,8 @@ TEST_CASE("the catalog has every required GPU with every field", "[device]") {
     CHECK(g.sm_count > 0);
     CHECK(g.l2_bytes > 0);
     CHECK(g.interconnect_bytes_per_s > 0);
+    CHECK(g.not_given.empty());
+    CHECK(!g.architecture.empty());
     // Dense figures: fp8 is twice bf16 where it exists, never four times (a sparse figure).
     if (g.flops_per_s.fp8) {
       CHECK(*g.flops_per_s.fp8 == Approx(2 * *g.flops_per_s.bf16).epsilon(0.03));
@@ -84,6 +110,19 @@ TEST_CASE("a user catalog is validated and its entries win", "[device]") {
   CHECK_THROWS_WITH(parse_gpu_catalog(bad, "mine.yaml"),
                     Catch::StartsWith("mine.yaml:7:35: 'gpus[0].memory_bandwidth_bytes_per_s' "
                                       "must be a number"));
+  // Bundled entries state every figure; a user's may leave out what its commands do not use,
+  // and the command that needs one names it.
+  std::string partial = good;
+  partial.erase(partial.find("    sm_count"),
+                partial.find("    source") - partial.find("    sm_count"));
+  CHECK_THROWS_WITH(parse_gpu_catalog(partial, "mine.yaml"),
+                    Catch::Contains("missing required key 'sm_count'"));
+  auto user = parse_gpu_catalog(partial, "mine.yaml", CatalogKind::user);
+  REQUIRE(user.size() == 1);
+  CHECK(user[0].not_given == std::vector<std::string>{"sm_count", "l2_bytes", "interconnect"});
+  CHECK_NOTHROW(require_figures(user[0], {"memory_bandwidth_bytes_per_s"}, "the roofline"));
+  CHECK_THROWS_WITH(require_figures(user[0], {"sm_count", "interconnect"}, "this"),
+                    Catch::Contains("does not give sm_count and interconnect, which this needs"));
   std::string typo = good;
   typo.replace(typo.find("sm_count"), 8, "sm_cont");
   CHECK_THROWS_WITH(parse_gpu_catalog(typo, "mine.yaml"),

@@ -3,6 +3,7 @@
 /// compiled in; `--gpu-file` adds a user's own).
 
 #include <array>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -71,7 +72,16 @@ struct Gpu {
   double interconnect_latency_s = 0; ///< one message over it (a collective step's α)
   NetworkLink scale_out;             ///< to GPUs outside the domain
   std::string source;
+  /// Keys a user's catalog left out (the bundled one gives every figure): the commands that
+  /// need one say so (require_figures).
+  std::vector<std::string> not_given;
+  std::string file; ///< the catalog it came from
 };
+
+/// Throws an InputError naming every key of `keys` that `gpu`'s catalog entry left out, and
+/// `what` needs them for ("the roofline"); does nothing when all are given.
+void require_figures(const Gpu& gpu, std::initializer_list<std::string_view> keys,
+                     std::string_view what);
 
 /// Dense peak for `dtype` (fp8_e4m3/e5m2 → fp8, nvfp4/mxfp4 → fp4, int4 → int8), or nullopt.
 [[nodiscard]] std::optional<double> peak_flops(const PeakFlops& flops, DType dtype);
@@ -84,8 +94,13 @@ struct Gpu {
 /// smaller; 0 when neither says.
 [[nodiscard]] u64 scale_up_domain(const Gpu& gpu, u64 gpus_per_node);
 
+/// What a catalog entry must state: every figure (the bundled catalog), or only its name and
+/// usable memory, the rest where a command uses it (a user's --gpu-file).
+enum class CatalogKind { bundled, user };
+
 /// Parses a catalog (`gpus:` list, docs/gpu-catalog.md); errors are located InputErrors.
-[[nodiscard]] std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& file);
+[[nodiscard]] std::vector<Gpu> parse_gpu_catalog(const std::string& text, const std::string& file,
+                                                 CatalogKind kind = CatalogKind::bundled);
 
 /// src/device/gpus.yaml as compiled in; generated at build time.
 [[nodiscard]] std::span<const EmbeddedFile> builtin_gpu_files();
