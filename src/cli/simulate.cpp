@@ -452,7 +452,27 @@ std::unique_ptr<RequestSource> open_source(const SimulateArgs& args, const Simul
   return std::make_unique<SyntheticSource>(w);
 }
 
+/// Whether the scenario's arrivals outran it (its queue grew through the run).
+bool overloaded(const SimResult& x) {
+  return x.queue_growth && *x.queue_growth >= k_overload_queue_growth && offered_rate(x) > 0;
+}
+
+void warn_overload(const Scenario& s, std::vector<std::string>& warnings) {
+  const SimResult& x = s.result;
+  if (!overloaded(x)) {
+    return;
+  }
+  double offered = offered_rate(x);
+  warnings.push_back(fmt::format(
+      "{}: overloaded: {:.4g} requests/s offered, about {:.4g}/s served; the queue grew {:.2f} s "
+      "per second of arrivals, so its latencies are those of a queue that never drains, not "
+      "of a steady state (lower --rate, or add GPUs)",
+      s.label.empty() ? s.model : s.label, offered, offered / (1 + *x.queue_growth),
+      *x.queue_growth));
+}
+
 void warn_rejected(const Scenario& s, std::vector<std::string>& warnings) {
+  warn_overload(s, warnings);
   if (s.result.requests_rejected > 0) {
     warnings.push_back(s.model + ": " + group_digits(s.result.requests_rejected) +
                        " requests rejected (" + group_digits(s.result.rejected_pool) +
@@ -666,6 +686,14 @@ Record describe_scenario(const Scenario& s, bool trace) {
   r.value("max_batched_tokens", Cell::count(c.max_batched_tokens));
   r.value("max_seqs", Cell::count(c.max_seqs));
   r.value("requests_arrived", Cell::count(x.requests_arrived));
+  Record& load = r.object("load");
+  double offered = offered_rate(x);
+  load.value("offered_per_s", offered > 0 ? Cell::number(offered) : Cell::empty());
+  load.value("queue_growth", x.queue_growth ? Cell::number(*x.queue_growth) : Cell::empty());
+  load.value("served_per_s", offered > 0 && x.queue_growth
+                                 ? Cell::number(offered / (1 + std::max(0.0, *x.queue_growth)))
+                                 : Cell::empty());
+  load.value("overloaded", Cell::flag(overloaded(x)));
   r.value("requests_completed", "done", Cell::count(x.requests_completed));
   r.value("requests_rejected", "rejected", Cell::count(x.requests_rejected));
   Record& rejections = r.object("rejections");

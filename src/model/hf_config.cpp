@@ -1110,7 +1110,9 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
     } else {
       diag.warnings.push_back("quantization_config quant_method '" + method +
                               "' is not modelled: weights taken as " +
-                              std::string(dtype_name(m.dtype)));
+                              std::string(dtype_name(m.dtype)) +
+                              "; give their storage with --weight-dtype (a plan's weight_dtype): "
+                              "int4, int8, fp8, nvfp4 or mxfp4");
     }
   }
 

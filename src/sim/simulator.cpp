@@ -83,7 +83,41 @@ SimConfig instance_config(const CapacityRequest& request, const CapacityResult& 
   return c;
 }
 
+double offered_rate(const SimResult& r) {
+  double span = r.last_arrival_s - r.first_arrival_s;
+  return span > 0 && r.requests_arrived > 1 ? static_cast<double>(r.requests_arrived - 1) / span
+                                            : 0;
+}
+
 namespace {
+
+/// The least-squares slope of y over x, from running sums.
+class LeastSquares {
+public:
+  void add(double x, double y) {
+    ++m_n;
+    m_x += x;
+    m_y += y;
+    m_xx += x * x;
+    m_xy += x * y;
+  }
+  /// Unset under 20 points, or when every x is the same.
+  [[nodiscard]] std::optional<double> slope() const {
+    double n = static_cast<double>(m_n);
+    double spread = n * m_xx - m_x * m_x;
+    if (m_n < 20 || !(spread > 1e-12 * n * m_xx)) {
+      return std::nullopt;
+    }
+    return (n * m_xy - m_x * m_y) / spread;
+  }
+
+private:
+  u64 m_n = 0;
+  double m_x = 0;
+  double m_y = 0;
+  double m_xx = 0;
+  double m_xy = 0;
+};
 
 /// The most pools an engine splits its cache into (SGLang: full, sliding, state).
 constexpr std::size_t k_max_pools = 4;
@@ -185,6 +219,7 @@ private:
       Request r = *m_next;
       m_next = m_source.next();
       ++m_r.requests_arrived;
+      m_r.last_arrival_s = r.arrival_s;
       if (r.prefilled && r.output_tokens == 1) {
         // Its one token came with the cache: done on arrival, holding no slot.
         ++m_r.requests_completed;
@@ -492,6 +527,7 @@ private:
       if (s.admitted_s < 0) {
         s.admitted_s = now;
         m_queue.add(now - s.req.arrival_s);
+        m_growth.add(s.req.arrival_s - m_r.first_arrival_s, now - s.req.arrival_s);
       }
       m_running.push_back(std::move(s));
       m_waiting.pop_front();
@@ -643,6 +679,7 @@ private:
     m_r.tpot = m_tpot.summary();
     m_r.e2e = m_e2e.summary();
     m_r.queue = m_queue.summary();
+    m_r.queue_growth = m_growth.slope();
     m_r.timeline = m_timeline.points(m_r.makespan_s);
   }
 
@@ -683,6 +720,7 @@ private:
   LatencyHistogram m_tpot;
   LatencyHistogram m_e2e;
   LatencyHistogram m_queue;
+  LeastSquares m_growth; ///< queue time over arrival time
   TimeSeries m_timeline;
   SimResult m_r;
 };
@@ -813,6 +851,13 @@ DisaggregatedResult simulate_disaggregated(const SimConfig& prefill, const SimCo
   r.recomputed_tokens = out.prefill.recomputed_tokens + out.decode.recomputed_tokens;
   r.prefix_hit_tokens = out.prefill.prefix_hit_tokens;
   r.first_arrival_s = out.prefill.first_arrival_s;
+  r.last_arrival_s = out.prefill.last_arrival_s;
+  // The queue that grows faster says the pair is overloaded: the prefill pool's, or the decode
+  // pool's behind the transfers.
+  r.queue_growth = out.prefill.queue_growth;
+  if (out.decode.queue_growth && (!r.queue_growth || *out.decode.queue_growth > *r.queue_growth)) {
+    r.queue_growth = out.decode.queue_growth;
+  }
   r.end_s = std::max(out.prefill.end_s, out.decode.end_s);
   r.makespan_s = std::max(0.0, r.end_s - r.first_arrival_s);
   r.queue = out.prefill.queue;

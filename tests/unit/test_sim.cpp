@@ -674,3 +674,32 @@ TEST_CASE("pp with dp-attention: each micro-batch's busiest group", "[sim][deplo
   CHECK(steps[0].prefill_tokens == 8192);
   CHECK(steps[0].duration_s == Approx(roofline::compute_roofline(p).time_s).epsilon(1e-9));
 }
+
+TEST_CASE("arrivals that outrun the instance: the queue grows at offered / served − 1",
+          "[sim][overload]") {
+  // One sequence at a time and identical requests: each takes the same T, so request k starts at
+  // k·T; arriving every T/2 it waits k·T/2, a queue growing 1 s per second of arrivals (offered
+  // twice what is served). Arriving every 2T, none waits.
+  SimConfig c = config("llama-3.1-8b", "h100", 1);
+  c.max_seqs = 1;
+  SimResult alone = run(c, burst(1, 100, 10));
+  double t = alone.e2e.max;
+  REQUIRE(t > 0);
+  auto every = [&](double gap) {
+    std::vector<Request> rs;
+    for (u64 k = 0; k < 40; ++k) {
+      rs.push_back({static_cast<double>(k) * gap, 100, 10, 0, 0});
+    }
+    return run(c, rs);
+  };
+  SimResult fast = every(t / 2);
+  REQUIRE(fast.queue_growth);
+  CHECK(*fast.queue_growth == Approx(1.0).epsilon(1e-6));
+  CHECK(offered_rate(fast) == Approx(2 / t).epsilon(1e-9));
+  CHECK(*fast.queue_growth >= k_overload_queue_growth);
+  SimResult slow = every(2 * t);
+  REQUIRE(slow.queue_growth);
+  CHECK(*slow.queue_growth == Approx(0.0).margin(1e-9));
+  // All at once: no figure.
+  CHECK_FALSE(run(c, burst(40, 100, 10)).queue_growth);
+}

@@ -4,6 +4,7 @@
 /// (docs/simulate.md). A pure function of its inputs and its request source.
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,7 @@ struct SimResult {
   u64 preemptions = 0;
   u64 steps = 0;
   double first_arrival_s = 0;
+  double last_arrival_s = 0;
   double end_s = 0;          ///< when the last step ended
   double makespan_s = 0;     ///< end − first arrival
   double busy_s = 0;         ///< time in steps
@@ -95,6 +97,11 @@ struct SimResult {
   LatencySummary tpot;  ///< (finish − first token) / (output − 1), outputs of 2+ tokens
   LatencySummary e2e;   ///< arrival → last token
   LatencySummary queue; ///< arrival → first scheduled
+  /// How fast the queue grew: the least-squares slope of each request's queue time over its
+  /// arrival time (s per s); about 0 when the instance keeps up, offered/served − 1 when
+  /// arrivals outrun it (request k arrives at k/offered, starts at k/served). Unset under 20
+  /// requests or with every arrival at one instant.
+  std::optional<double> queue_growth;
   u64 pool_blocks = 0;
   u64 block_size = 0;
   u64 kv_peak_blocks = 0;   ///< peak units used of the first pool
@@ -106,6 +113,14 @@ struct SimResult {
   double mean_step_tokens = 0; ///< tokens per step
   std::vector<TimePoint> timeline;
 };
+
+/// Arrivals outrun the instance when its queue grows by at least this many seconds per second
+/// of arrivals (it serves under 1 / 1.05 = 95% of what is offered).
+inline constexpr double k_overload_queue_growth = 0.05;
+
+/// Requests per second offered: arrivals over the span from the first to the last; 0 when they
+/// all come at once.
+[[nodiscard]] double offered_rate(const SimResult& r);
 
 /// A request that finished: when its first token came and when its last did.
 using OnComplete = std::function<void(const Request&, double first_token_s, double end_s)>;
