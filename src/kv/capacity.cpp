@@ -228,15 +228,32 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
                       " has no multi-token-prediction module; nothing is "
                       "added");
   }
-  WeightBytes weights = weight_bytes(m, params, r.weight_dtype, weight_sharding(resolved, req.mtp));
+  WeightBytes weights =
+      weight_bytes(m, params, req.weight_dtype, weight_sharding(resolved, req.mtp));
   r.weights_bytes_per_gpu = weights.per_gpu;
+  // How they are stored: the checkpoint's own layout, tensor by tensor, or one dtype.
+  std::string stored = " in " + std::string(dtype_name(r.weight_dtype)) + " (scales included)";
+  if (!m.weight_formats.empty() && !req.weight_dtype) {
+    std::string main_format;
+    u64 largest = 0;
+    for (const TensorGroup& t : params.tensors) {
+      auto it = m.weight_formats.find(format_key(t));
+      if (it != m.weight_formats.end() && t.params() > largest) {
+        largest = t.params();
+        main_format = describe(it->second);
+      }
+    }
+    stored = " as the " + (m.quantization.empty() ? std::string("model file") : m.quantization) +
+             " checkpoint stores them (" + std::to_string(m.weight_formats.size()) +
+             " kinds of tensor, the largest " + main_format + "; the rest " +
+             std::string(dtype_name(m.dtype)) + ")";
+  }
   why.add("weights: ", num(params.main + (req.mtp ? params.mtp : 0)),
-          " parameters = ", bytes(weights.total),
-          " in " + std::string(dtype_name(r.weight_dtype)) +
-              " (scales included); on one GPU with tp ",
-          num(p.tp), ", pp ", num(p.pp), ", ep ", num(p.ep),
-          resolved.expert_tp > 1 ? " (each expert over " + std::to_string(resolved.expert_tp) + ")"
-                                 : "",
+          " parameters = ", bytes(weights.total), stored + "; on one GPU with tp ", num(p.tp),
+          ", pp ", num(p.pp), ", ep ", num(p.ep),
+          m.moe && resolved.expert_tp > 1
+              ? " (each expert over " + std::to_string(resolved.expert_tp) + ")"
+              : "",
           p.redundant_experts > 0
               ? ", " + std::to_string(resolved.experts_per_rank) + " experts per rank with " +
                     std::to_string(p.redundant_experts) + " redundant"

@@ -4,39 +4,25 @@ using namespace kvcalc::model;
 
 namespace kvcalc::kv {
 
-u64 tensor_bytes(const TensorGroup& t, DType dtype) {
-  u64 elements = checked_mul(t.rows, t.cols, "weight elements");
-  u64 one = 0;
-  switch (dtype) {
-  case DType::fp8_e4m3:
-  case DType::fp8_e5m2:
-    one = checked_add(elements,
-                      checked_mul(checked_mul(ceil_div(t.rows, 128), ceil_div(t.cols, 128)), 4));
-    break;
-  case DType::int8:
-    one = checked_add(elements, checked_mul(t.rows, 4));
-    break;
-  case DType::int4:
-    one = checked_add(ceil_div(elements, 2),
-                      checked_mul(checked_mul(t.rows, ceil_div(t.cols, 128)), 2));
-    break;
-  case DType::nvfp4:
-    one = checked_add(ceil_div(elements, 2), checked_mul(t.rows, ceil_div(t.cols, 16))) + 4;
-    break;
-  case DType::mxfp4:
-    one = checked_add(ceil_div(elements, 2), checked_mul(t.rows, ceil_div(t.cols, 32)));
-    break;
-  default:
-    one = dtype_storage_bytes(dtype, elements);
-    break;
-  }
-  return checked_mul(one, t.count, "weight bytes");
+u64 tensor_bytes(const TensorGroup& t, const WeightFormat& format) {
+  return checked_mul(format.bytes(t.rows, t.cols), t.count, "weight bytes");
 }
 
-DType tensor_dtype(const Model& m, const TensorGroup& t, DType weight_dtype) {
+u64 tensor_bytes(const TensorGroup& t, DType dtype) {
+  return tensor_bytes(t, WeightFormat::of(dtype));
+}
+
+WeightFormat tensor_format(const Model& m, const TensorGroup& t, std::optional<DType> asked) {
+  if (!m.weight_formats.empty()) {
+    auto it = m.weight_formats.find(format_key(t));
+    if (it == m.weight_formats.end()) {
+      return WeightFormat::of(m.dtype);
+    }
+    return asked ? WeightFormat::of(*asked) : it->second;
+  }
   bool covered = t.linear && (m.quantized_weights == QuantizedWeights::linear ||
                               t.place == TensorPlace::expert);
-  return covered ? weight_dtype : m.dtype;
+  return WeightFormat::of(covered ? asked.value_or(m.weight_dtype.value_or(m.dtype)) : m.dtype);
 }
 
 WeightSharding weight_sharding(const Deployment& d, bool mtp) {
@@ -51,7 +37,6 @@ WeightSharding weight_sharding(const Deployment& d, bool mtp) {
 
 WeightBytes weight_bytes(const Model& m, const ParamCount& params,
                          std::optional<DType> weight_dtype, const WeightSharding& s) {
-  DType dtype = weight_dtype.value_or(m.weight_dtype.value_or(m.dtype));
   WeightBytes out;
   u64 layer_bytes = 0; // per GPU, all layers of one copy, before the pipeline split
   u64 embedding = 0;
@@ -61,7 +46,7 @@ WeightBytes weight_bytes(const Model& m, const ParamCount& params,
     if (t.mtp && !s.mtp) {
       continue;
     }
-    u64 bytes = tensor_bytes(t, tensor_dtype(m, t, dtype));
+    u64 bytes = tensor_bytes(t, tensor_format(m, t, weight_dtype));
     out.total = checked_add(out.total, bytes, "weight bytes");
     // Vectors (norms, biases) are replicated; matrices are split. An expert-parallel rank
     // holds its whole experts, each split over expert_tp GPUs.

@@ -16,13 +16,33 @@
 #include <map>
 #include <set>
 
+#include <kvcalc/core/file.hpp>
 #include <kvcalc/core/units.hpp>
 
 #include "../core/yaml_support.hpp"
+#include "hf_quantization.hpp"
 
 namespace kvcalc::model {
 
 namespace {
+
+/// The `quantization` map of ModelOpt's hf_quant_config.json beside `config_file`, where its
+/// export left config.json without a quantization_config.
+std::optional<YAML::Node> modelopt_file(const std::string& config_file) {
+  std::error_code ec;
+  std::filesystem::path beside =
+      std::filesystem::path(config_file).parent_path() / "hf_quant_config.json";
+  if (config_file.empty() || !std::filesystem::is_regular_file(beside, ec)) {
+    return std::nullopt;
+  }
+  YAML::Node root = kvcalc::detail::parse_yaml(read_text_file(beside.string()), beside.string());
+  YAML::Node q = root.IsMap() ? root["quantization"] : YAML::Node();
+  if (!q || !q.IsMap()) {
+    throw InputError(beside.string() + ": ModelOpt's hf_quant_config.json needs a "
+                                       "'quantization' map (quant_algo, exclude_modules)");
+  }
+  return q;
+}
 
 using detail::MapReader;
 
@@ -1100,20 +1120,14 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   } else {
     diag.warnings.push_back("config has no torch_dtype: taking bf16 as the model dtype");
   }
+  // The weights' own layout is read once the model is whole (its tensors named).
+  std::optional<YAML::Node> quantization;
   if (auto q = c.map("quantization_config")) {
-    std::string method = q->text("quant_method").value_or("");
-    if (method == "fp8") {
-      m.weight_dtype = DType::fp8_e4m3;
-    } else if (method == "mxfp4") {
-      m.weight_dtype = DType::mxfp4;
-      m.quantized_weights = QuantizedWeights::experts; // gpt-oss keeps attention in bf16
-    } else {
-      diag.warnings.push_back("quantization_config quant_method '" + method +
-                              "' is not modelled: weights taken as " +
-                              std::string(dtype_name(m.dtype)) +
-                              "; give their storage with --weight-dtype (a plan's weight_dtype): "
-                              "int4, int8, fp8, nvfp4 or mxfp4");
-    }
+    quantization = q->yaml();
+  } else if (auto legacy = c.map("compression_config")) {
+    quantization = legacy->yaml(); // compressed-tensors before 2025
+  } else if (std::optional<YAML::Node> modelopt = modelopt_file(file)) {
+    quantization = modelopt;
   }
 
   // Sizes every model has.
@@ -1199,6 +1213,9 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
                          "(docs/model-format.md) or report the family");
   }
   validate_model(m, locations->locator());
+  if (quantization) {
+    read_quantization(*quantization, m, diag);
+  }
   return m;
 }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include <kvcalc/core/spell.hpp>
+#include <kvcalc/model/params.hpp>
 
 #include "../core/yaml_support.hpp"
 
@@ -271,6 +272,8 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
                 "mtp_layers",
                 "params",
                 "quantized_weights",
+                "weight_formats",
+                "quantization",
                 "learned_position_embeddings",
                 "norm",
                 "norms_per_layer"});
@@ -311,6 +314,17 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
       r, "quantized_weights",
       {{"linear", QuantizedWeights::linear}, {"experts", QuantizedWeights::experts}},
       QuantizedWeights::linear);
+  if (auto formats = r.map("weight_formats")) {
+    for (const auto& entry : formats->yaml()) {
+      std::string key = entry.first.as<std::string>();
+      m.weight_formats[key] =
+          formats->parsed(key, [](const std::string& t) { return parse_format_spec(t); });
+    }
+    if (m.weight_formats.empty()) {
+      r.fail("weight_formats", "'weight_formats' needs at least one tensor: name → format");
+    }
+  }
+  m.quantization = r.text("quantization").value_or("");
   m.norm = read_choice<NormKind>(r, "norm", {{"rms", NormKind::rms}, {"layer", NormKind::layer}},
                                  NormKind::rms);
   m.norms_per_layer = r.count("norms_per_layer").value_or(2);
@@ -384,6 +398,20 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   m.params = r.count("params");
 
   validate_model(m, locations->locator());
+  if (!m.weight_formats.empty()) {
+    // Every key names a tensor of this model: a misspelt one would silently change nothing.
+    std::vector<std::string> keys;
+    for (const TensorGroup& t : count_params(m).tensors) {
+      keys.push_back(format_key(t));
+    }
+    MapReader formats = *r.map("weight_formats");
+    for (const auto& [key, f] : m.weight_formats) {
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+        formats.fail(key, "'" + key + "' is not a tensor of " + m.name + did_you_mean(key, keys) +
+                              " (docs/model-format.md names the tensors)");
+      }
+    }
+  }
   return m;
 }
 
@@ -507,6 +535,15 @@ std::string model_to_yaml(const Model& m) {
     y << "weight_dtype: " << dtype_name(*m.weight_dtype) << "\n";
     if (m.quantized_weights == QuantizedWeights::experts) {
       y << "quantized_weights: experts\n";
+    }
+  }
+  if (!m.quantization.empty()) {
+    y << "quantization: " << quoted(m.quantization) << "\n";
+  }
+  if (!m.weight_formats.empty()) {
+    y << "weight_formats:\n";
+    for (const auto& [name, f] : m.weight_formats) {
+      y << "  " << name << ": " << quoted(format_spec(f)) << "\n";
     }
   }
   y << "layers: " << m.layers << "\n";

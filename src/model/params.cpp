@@ -225,6 +225,10 @@ private:
 
 } // namespace
 
+std::string format_key(const TensorGroup& t) {
+  return t.mtp && !t.name.starts_with("mtp.") ? "mtp." + t.name : t.name;
+}
+
 ParamCount count_params(const Model& m) {
   ParamCount out;
   if (count_layers(m, LayerType::state) > 0 && m.state->kind == StateKind::custom && !m.params) {

@@ -320,24 +320,25 @@ StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft
     }
   }
   m_w = d(dtype_storage_bytes(m.dtype, 1024)) / 1024;
-  DType wdt = deployment.weight_dtype;
-  // Bytes per weight element in storage, scales included (docs/formulas.md §9).
-  auto weight_per_element = [&](DType dt, u64 rows, u64 cols) {
-    TensorGroup tg{"", rows, cols, 1, TensorPlace::layer, true, false};
-    return d(tensor_bytes(tg, dt)) / (d(rows) * d(cols));
+  // How each matrix is stored, by its name in the parameter count (docs/formulas.md §9): the
+  // checkpoint's own layout, or --weight-dtype over what it quantizes.
+  auto format = [&](std::string_view name) {
+    TensorGroup tg{std::string(name),
+                   1,
+                   1,
+                   1,
+                   name.starts_with("moe.experts") ? TensorPlace::expert : TensorPlace::layer,
+                   true,
+                   false};
+    return tensor_format(m, tg, req.weight_dtype);
   };
-  bool quant_linear = m.quantized_weights == QuantizedWeights::linear;
-  DType attn_dt = quant_linear ? wdt : m.dtype;
-  auto linear_bytes = [&](DType dt, u64 rows, u64 cols) {
-    return d(rows) * d(cols) * weight_per_element(dt, rows, cols);
+  auto linear_bytes = [&](std::string_view name, u64 rows, u64 cols) {
+    return d(format(name).bytes(rows, cols));
   };
   // Matmuls run in the weights' dtype where a low-precision unit exists (fp8 GEMMs);
   // 4-bit and int8 weight-only formats dequantize to the activation dtype.
-  auto math_dtype = [&](DType dt) {
-    return dt == DType::fp8_e4m3 || dt == DType::fp8_e5m2 ? dt : m.dtype;
-  };
-  m_attn_math = math_dtype(attn_dt);
-  m_expert_math = math_dtype(wdt);
+  m_attn_math = format("attention.o_proj").math_dtype(m.dtype);
+  m_expert_math = format("moe.experts.down_proj").math_dtype(m.dtype);
   auto geometry = [&](const Attention& a, double layers) {
     Geometry g;
     g.layers = layers;
@@ -349,9 +350,10 @@ StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft
     if (a.kind != AttentionKind::mla) {
       double q = g.heads * g.head_dim * (a.output_gate ? 2 : 1);
       g.qkv_out = q + g.kv_heads * (g.head_dim + g.v_head_dim);
-      g.w_qkv = linear_bytes(attn_dt, static_cast<u64>(g.qkv_out), m.hidden_size);
+      g.w_qkv = linear_bytes("attention.q_proj", static_cast<u64>(g.qkv_out), m.hidden_size);
     }
-    g.w_o = linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(std::max(1.0, g.v_width)));
+    g.w_o =
+        linear_bytes("attention.o_proj", m.hidden_size, static_cast<u64>(std::max(1.0, g.v_width)));
     return g;
   };
   const Kind& sliding = m_kinds[static_cast<std::size_t>(CacheKind::sliding)];
@@ -372,31 +374,34 @@ StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft
     u64 q_out = static_cast<u64>(m_main.heads * qk);
     m_q_out = d(q_out);
     if (md.q_lora_rank > 0) {
-      m_w_q_down = linear_bytes(attn_dt, md.q_lora_rank, m.hidden_size);
-      m_w_q_up = linear_bytes(attn_dt, q_out, md.q_lora_rank);
+      m_w_q_down = linear_bytes("attention.q_a_proj", md.q_lora_rank, m.hidden_size);
+      m_w_q_up = linear_bytes("attention.q_b_proj", q_out, md.q_lora_rank);
     } else {
-      m_w_q = linear_bytes(attn_dt, q_out, m.hidden_size);
+      m_w_q = linear_bytes("attention.q_proj", q_out, m.hidden_size);
     }
-    m_w_kv_down = linear_bytes(attn_dt, md.kv_lora_rank + md.qk_rope_head_dim, m.hidden_size);
+    m_w_kv_down = linear_bytes("attention.kv_a_proj_with_mqa",
+                               md.kv_lora_rank + md.qk_rope_head_dim, m.hidden_size);
     // W_UK and W_UV are used in the activation dtype whether folded into the query
     // (absorbed) or applied to the latent (naive): engines dequantize them once at load.
-    m_absorb_math = math_dtype(m.dtype);
+    m_absorb_math = m.dtype;
     double absorb_weights = d(static_cast<u64>(m_main.heads)) * d(md.kv_lora_rank) *
                             d(md.qk_nope_head_dim + md.v_head_dim);
-    m_w_absorb = absorb_weights * weight_per_element(m.dtype, md.kv_lora_rank, md.qk_nope_head_dim);
+    m_w_absorb = absorb_weights * d(dtype_storage_bytes(m.dtype, 1024)) / 1024;
   }
   if (m.indexer) {
     u64 q_in = m.attention.mla.q_lora_rank ? m.attention.mla.q_lora_rank : m.hidden_size;
-    m_w_index = linear_bytes(m.dtype, m.indexer->heads * m.indexer->head_dim, q_in) +
-                linear_bytes(m.dtype, m.indexer->head_dim + m.indexer->heads, m.hidden_size);
+    m_w_index =
+        d(dtype_storage_bytes(m.dtype, m.indexer->heads * m.indexer->head_dim * q_in)) +
+        d(dtype_storage_bytes(m.dtype, (m.indexer->head_dim + m.indexer->heads) * m.hidden_size));
   }
   if (m_dense > 0) {
     m_mlp_width = d(m.mlp.intermediate_size) / m_attention_tp;
-    m_w_mlp = linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(std::max(1.0, m_mlp_width)));
+    m_w_mlp =
+        linear_bytes("mlp.down_proj", m.hidden_size, static_cast<u64>(std::max(1.0, m_mlp_width)));
   }
   if (m.moe && m_moe > 0) {
     const Moe& e = *m.moe;
-    m_w_expert = linear_bytes(wdt, e.expert_intermediate_size, m.hidden_size);
+    m_w_expert = linear_bytes("moe.experts.down_proj", e.expert_intermediate_size, m.hidden_size);
     // Dispatch sends fp8 with a scale per 128 values where the experts compute in fp8
     // (DeepEP); combine returns the activation dtype.
     m_dispatch_dtype = req.dispatch_dtype.value_or(m_expert_math);
@@ -405,8 +410,8 @@ StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft
                            : d(dtype_storage_bytes(m_dispatch_dtype, m.hidden_size));
     if (e.shared_expert_intermediate_size > 0) {
       m_shared_width = d(e.shared_expert_intermediate_size) / m_attention_tp;
-      m_w_shared =
-          linear_bytes(attn_dt, m.hidden_size, static_cast<u64>(std::max(1.0, m_shared_width)));
+      m_w_shared = linear_bytes("moe.shared_experts.down_proj", m.hidden_size,
+                                static_cast<u64>(std::max(1.0, m_shared_width)));
     }
   }
   // The weights the formulas above do not place: recurrent layers' projections (their
@@ -420,7 +425,7 @@ StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft
         continue;
       }
       double count = d(t.params());
-      double bytes = d(tensor_bytes(t, tensor_dtype(m, t, wdt)));
+      double bytes = d(tensor_bytes(t, tensor_format(m, t, req.weight_dtype)));
       double shards = t.rows > 1 ? d(attention_tp) : 1;
       if (t.name.starts_with("state.")) {
         m_state_params += count / d(t.count) / shards;
@@ -847,7 +852,7 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
                                                 : in_flight / std::max(out.stage_s, transfer);
   out.tokens_per_s_per_gpu = out.tokens_per_s / d(out.gpus);
   out.time_per_token_s = req.phase == Phase::decode ? out.time_s / out.tokens_per_step : out.time_s;
-  WeightBytes weights = weight_bytes(m, count_params(m), deployment.weight_dtype,
+  WeightBytes weights = weight_bytes(m, count_params(m), req.weight_dtype,
                                      weight_sharding(deployment, req.draft_tokens > 0));
   if (weights.per_gpu > req.gpu.memory_bytes) {
     out.weights_fit = false;

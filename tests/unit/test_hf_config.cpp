@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include <kvcalc/kv/footprint.hpp>
+#include <kvcalc/kv/weights.hpp>
 #include <kvcalc/model/loader.hpp>
 #include <kvcalc/model/params.hpp>
 #include <kvcalc/model/registry.hpp>
@@ -113,7 +114,12 @@ TEST_CASE("every HF fixture imports to its bundled model", "[hf][zoo]") {
     CHECK(m.attention.qk_norm == zoo->attention.qk_norm);
     CHECK(m.attention.sinks == zoo->attention.sinks);
     CHECK(m.mlp.bias == zoo->mlp.bias);
-    CHECK(m.quantized_weights == zoo->quantized_weights);
+    // The checkpoint's quantization, read tensor by tensor, stores what the zoo's
+    // weight_dtype over its quantized_weights does.
+    if (!zoo->params) {
+      CHECK(kv::weight_bytes(m, count_params(m), std::nullopt, {}).total ==
+            kv::weight_bytes(*zoo, count_params(*zoo), std::nullopt, {}).total);
+    }
     if (m.moe) {
       CHECK(m.moe->router_bias == zoo->moe->router_bias);
     }
@@ -183,4 +189,79 @@ TEST_CASE("config errors are located in the config", "[hf][errors]") {
   CHECK_THROWS_WITH(
       parse_hf_config(R"({"model_type": "llama", "num_hidden_layers": 2.5})", "c.json", d),
       Catch::Contains("c.json:1:46: 'num_hidden_layers' must be a whole number"));
+}
+
+TEST_CASE("a checkpoint's quantization_config gives each tensor its stored layout",
+          "[hf][quantization]") {
+  auto load = [](const std::string& file) {
+    Diagnostics d;
+    std::string path = std::string(KVCALC_SOURCE_DIR) + "/tests/data/hf-quant/" + file;
+    Model m = parse_hf_config(slurp(path), path, d);
+    CHECK_FALSE(mentions(d, "quantization"));
+    return m;
+  };
+  auto bytes_of = [](const Model& m, const std::string& key) {
+    for (const TensorGroup& t : count_params(m).tensors) {
+      if (format_key(t) == key) {
+        return kv::tensor_bytes(t, kv::tensor_format(m, t, std::nullopt));
+      }
+    }
+    FAIL("no tensor " << key);
+    return u64{0};
+  };
+  SECTION("AWQ (Qwen/Qwen3-32B-AWQ): int4, an fp16 scale and a 4-bit zero per 128 inputs") {
+    Model m = load("qwen3-32b-awq.json");
+    CHECK(m.quantization == "awq");
+    CHECK(format_spec(m.weight_formats.at("mlp.down_proj")) == "int4 group:128 scale:2 zero:4");
+    // Its real tensors: qweight [25600, 640] int32, qzeros [200, 640] int32, scales [200, 5120]
+    // fp16 = 65,536,000 + 512,000 + 2,048,000 B per layer, 64 layers.
+    CHECK(bytes_of(m, "mlp.down_proj") == 64ULL * (65536000 + 512000 + 2048000));
+    CHECK(m.weight_formats.count("lm_head") == 0);
+  }
+  SECTION("GPTQ: zeros even when symmetric, and an int32 g_idx per input") {
+    Model m = load("qwen2.5-7b-gptq-int4.json");
+    // down_proj 3,584 × 18,944: codes 33,947,648; 148 groups × 3,584 × (2 + 0.5) B = 1,326,080;
+    // g_idx 18,944 × 4 = 75,776.
+    CHECK(bytes_of(m, "mlp.down_proj") == 28ULL * (33947648 + 1326080 + 75776));
+  }
+  SECTION("compressed-tensors W4A16 (Kimi-K2.5's block): routed experts only, groups of 32") {
+    Model m = load("kimi-k2-w4a16.json");
+    CHECK(format_spec(m.weight_formats.at("moe.experts.down_proj")) ==
+          "int4 group:32 scale:2 extra:16");
+    for (const char* kept : {"attention.o_proj", "moe.shared_experts.down_proj", "mlp.down_proj",
+                             "moe.router", "lm_head"}) {
+      INFO(kept);
+      CHECK(m.weight_formats.count(kept) == 0);
+    }
+    // 7,168 × 2,048: codes 7,340,032, scales 7,168 · 64 · 2 = 917,504, weight_shape 16.
+    CHECK(bytes_of(m, "moe.experts.down_proj") == 60ULL * 384 * (7340032 + 917504 + 16));
+  }
+  SECTION("bitsandbytes nf4 with double quant: a uint8 scale per 64, an fp32 one per 256") {
+    Model m = load("llama-3.1-8b-bnb-4bit.json");
+    // q_proj 4,096 × 4,096: codes 8,388,608; 262,144 scales; 1,024 nested × 4; code books 1,088.
+    CHECK(bytes_of(m, "attention.q_proj") == 32ULL * (8388608 + 262144 + 4096 + 1088));
+    CHECK(m.weight_formats.count("lm_head") == 0);
+  }
+  SECTION("compressed-tensors FP8 dynamic under the legacy compression_config: a scale per row") {
+    Model m = load("llama-3.1-8b-fp8-dynamic.json");
+    CHECK(format_spec(m.weight_formats.at("mlp.up_proj")) == "fp8_e4m3 row scale:2");
+  }
+  SECTION("ModelOpt FP8 in hf_quant_config.json beside config.json: one scale per tensor") {
+    Model m = load("llama-3.1-70b-modelopt-fp8/config.json");
+    CHECK(m.quantization == "modelopt");
+    CHECK(format_spec(m.weight_formats.at("attention.q_proj")) ==
+          "fp8_e4m3 tensor scale:4 extra:4");
+    CHECK(m.weight_formats.count("lm_head") == 0);
+  }
+  SECTION("ModelOpt NVFP4 (nvidia/DeepSeek-V3.1-NVFP4): MLA projections, MTP and head excluded") {
+    Model m = load("deepseek-v3.1-nvfp4/config.json");
+    CHECK(format_spec(m.weight_formats.at("attention.o_proj")) == "nvfp4 group:16 scale:1 extra:8");
+    CHECK(m.weight_formats.count("moe.experts.gate_proj") == 1);
+    CHECK(m.weight_formats.count("moe.shared_experts.down_proj") == 1);
+    for (const char* kept : {"attention.q_a_proj", "attention.kv_b_proj", "mtp.attention.o_proj",
+                             "mtp.moe.experts.down_proj", "lm_head"}) {
+      INFO(kept);
+      CHECK(m.weight_formats.count(kept) == 0);
+    }
+  }
 }

@@ -3,6 +3,7 @@
 /// pipeline and expert parallelism (docs/formulas.md, "Weights").
 
 #include <optional>
+#include <string>
 
 #include <kvcalc/core/dtype.hpp>
 #include <kvcalc/kv/deployment.hpp>
@@ -26,16 +27,18 @@ struct WeightSharding {
 /// The sharding a resolved deployment gives the weights.
 [[nodiscard]] WeightSharding weight_sharding(const Deployment& d, bool mtp);
 
-/// Bytes of every instance of `t` stored as `dtype`: 16/32-bit plain; fp8 with one fp32 scale
-/// per 128 × 128 block; int8 with an fp32 scale per output row; int4 with an fp16 scale per 128
-/// inputs; nvfp4 with an fp8 scale per 16 inputs plus an fp32 tensor scale; mxfp4 with an e8m0
-/// scale per 32 inputs.
+/// Bytes of every instance of `t` stored in `format`.
+[[nodiscard]] u64 tensor_bytes(const model::TensorGroup& t, const model::WeightFormat& format);
+/// Bytes of every instance of `t` stored as `dtype` in kvcalc's layout for it
+/// (WeightFormat::of).
 [[nodiscard]] u64 tensor_bytes(const model::TensorGroup& t, DType dtype);
 
-/// The dtype `t` is stored in: `weight_dtype` for the linear weights it covers
-/// (Model::quantized_weights), the model dtype for everything else.
-[[nodiscard]] DType tensor_dtype(const model::Model& m, const model::TensorGroup& t,
-                                 DType weight_dtype);
+/// How `t` is stored. With `asked` (--weight-dtype), the tensors the checkpoint quantizes (all
+/// linear ones of an unquantized model; Model::quantized_weights) take kvcalc's layout of it;
+/// without, the checkpoint's own weight_formats, else its weight_dtype over quantized_weights;
+/// everything else is the model dtype.
+[[nodiscard]] model::WeightFormat tensor_format(const model::Model& m, const model::TensorGroup& t,
+                                                std::optional<DType> asked);
 
 struct WeightBytes {
   u64 total = 0;   ///< one full copy of the model (MTP only when loaded)
@@ -43,7 +46,7 @@ struct WeightBytes {
   u64 experts = 0; ///< routed experts, one full copy
 };
 
-/// `weight_dtype` nullopt: the model's own (`weight_dtype`, else `dtype`).
+/// `weight_dtype`: --weight-dtype, nullopt for the checkpoint's own (tensor_format).
 [[nodiscard]] WeightBytes weight_bytes(const model::Model& m, const model::ParamCount& params,
                                        std::optional<DType> weight_dtype,
                                        const WeightSharding& sharding);

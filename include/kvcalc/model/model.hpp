@@ -3,6 +3,7 @@
 /// validate it (docs/model-format.md documents each field).
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 #include <kvcalc/core/dtype.hpp>
 #include <kvcalc/core/error.hpp>
 #include <kvcalc/core/names.hpp>
+#include <kvcalc/model/weight_format.hpp>
 
 namespace kvcalc::model {
 
@@ -149,6 +151,11 @@ struct Model {
   DType dtype = DType::bf16;         ///< activation dtype; default KV cache dtype
   std::optional<DType> weight_dtype; ///< when the published checkpoint is quantized
   QuantizedWeights quantized_weights = QuantizedWeights::linear; ///< what weight_dtype covers
+  /// A checkpoint's own layout, tensor by tensor (keys as the parameter count names them, MTP
+  /// tensors prefixed "mtp."; docs/model-format.md): when given, it replaces weight_dtype and
+  /// quantized_weights, and a tensor it leaves out is stored in `dtype`.
+  std::map<std::string, WeightFormat> weight_formats;
+  std::string quantization; ///< the method that wrote weight_formats ("awq", "gptq", ...)
   u64 layers = 0;
   u64 hidden_size = 0;
   u64 vocab_size = 0;  ///< 0 when unknown: footprints need no vocabulary, weights do

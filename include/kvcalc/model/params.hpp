@@ -31,6 +31,9 @@ struct TensorGroup {
   [[nodiscard]] u64 params() const;
 };
 
+/// The key of `t` in Model::weight_formats: its name, "mtp." before an MTP block's.
+[[nodiscard]] std::string format_key(const TensorGroup& t);
+
 struct ParamCount {
   std::vector<TensorGroup> tensors; ///< main model and MTP, in model order
   u64 main = 0;             ///< every parameter outside the MTP module (tied embeddings once)
