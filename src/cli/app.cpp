@@ -149,8 +149,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   app.require_subcommand(1);
   app.footer("Exit codes: 0 ok, 1 error, 2 bad input or usage, 3 a plan requirement failed, 4 "
              "the deployment does not fit.\n"
-             "MODEL is a bundled name (`kvcalc models`), a kvcalc YAML file, or a HuggingFace "
-             "config.json.");
+             "MODEL is a bundled name (`kvcalc models`), a kvcalc YAML file, a HuggingFace "
+             "config.json or snapshot folder, or a Hub repo id (Qwen/Qwen3-32B).");
   std::vector<cli::Command> commands;
   for (Setup setup : k_setups) {
     commands.push_back(setup(app));

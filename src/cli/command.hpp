@@ -70,6 +70,7 @@ std::string attention_detail(const Model& m);
 std::vector<Model> load_models(const std::vector<std::string>& specs,
                                std::vector<std::string>& warnings);
 /// The help line of a command's MODEL positional.
-inline constexpr const char* k_models_help = "MODEL names, kvcalc YAML files or config.json";
+inline constexpr const char* k_models_help =
+    "MODEL names, kvcalc YAML files, config.json files or folders, or Hub repo ids";
 
 } // namespace kvcalc::cli

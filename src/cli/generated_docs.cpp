@@ -223,8 +223,9 @@ std::string man_page(CLI::App& app) {
     << ".SH DESCRIPTION\nkvcalc computes exact KV\\-cache bytes, the memory budget and "
        "concurrency serving engines reach, a roofline of every op of a step (MLA absorbed "
        "against naive), a serving simulation, and measures this machine to calibrate them. "
-       "MODEL is a bundled name (\\fBkvcalc models\\fR), a kvcalc YAML file, or a HuggingFace "
-       "config.json. Tables go to stdout; warnings and progress to stderr.\n"
+       "MODEL is a bundled name (\\fBkvcalc models\\fR), a kvcalc YAML file, a HuggingFace "
+       "config.json or snapshot folder, or a Hub repo id (Qwen/Qwen3\\-32B: the HF cache, "
+       "else the Hub). Tables go to stdout; warnings and progress to stderr.\n"
     << ".SH COMMANDS\n";
   for (CLI::App* c : commands(app)) {
     std::string synopsis = "kvcalc " + c->get_name();

@@ -28,14 +28,21 @@ namespace {
 
 /// The `quantization` map of ModelOpt's hf_quant_config.json beside `config_file`, where its
 /// export left config.json without a quantization_config.
-std::optional<YAML::Node> modelopt_file(const std::string& config_file) {
-  std::error_code ec;
+std::optional<YAML::Node> modelopt_file(const std::string& config_file,
+                                        const SiblingReader& siblings) {
   std::filesystem::path beside =
       std::filesystem::path(config_file).parent_path() / "hf_quant_config.json";
-  if (config_file.empty() || !std::filesystem::is_regular_file(beside, ec)) {
+  std::optional<std::string> text;
+  if (siblings) {
+    text = siblings("hf_quant_config.json");
+  } else if (std::error_code ec;
+             !config_file.empty() && std::filesystem::is_regular_file(beside, ec)) {
+    text = read_text_file(beside.string());
+  }
+  if (!text) {
     return std::nullopt;
   }
-  YAML::Node root = kvcalc::detail::parse_yaml(read_text_file(beside.string()), beside.string());
+  YAML::Node root = kvcalc::detail::parse_yaml(*text, beside.string());
   YAML::Node q = root.IsMap() ? root["quantization"] : YAML::Node();
   if (!q || !q.IsMap()) {
     throw InputError(beside.string() + ": ModelOpt's hf_quant_config.json needs a "
@@ -308,10 +315,26 @@ std::string display_name_for(const ConfigView& c, const std::string& file) {
     auto slash = p.rfind('/');
     return slash == std::string::npos ? p : p.substr(slash + 1);
   }
-  std::filesystem::path path(file);
-  if (path.filename() == "config.json" && path.has_parent_path() &&
-      !path.parent_path().filename().empty()) {
-    return path.parent_path().filename().string();
+  // A file of the Hub ("https://huggingface.co/Org/Name/resolve/main/config.json"): its repo.
+  if (std::size_t resolve = file.find("/resolve/"); resolve != std::string::npos) {
+    std::string repo = file.substr(0, resolve);
+    return repo.substr(repo.rfind('/') + 1);
+  }
+  std::error_code ec;
+  std::filesystem::path path = std::filesystem::absolute(file, ec);
+  if (ec) {
+    path = file;
+  }
+  if (path.filename() == "config.json" && path.has_parent_path()) {
+    // The HF cache: models--Org--Name/snapshots/<commit>/config.json names the repo.
+    std::filesystem::path snapshot = path.parent_path();
+    std::string repo_dir = snapshot.parent_path().parent_path().filename().string();
+    if (snapshot.parent_path().filename() == "snapshots" && repo_dir.starts_with("models--")) {
+      return repo_dir.substr(repo_dir.rfind("--") + 2);
+    }
+    if (!snapshot.filename().empty()) {
+      return snapshot.filename().string();
+    }
   }
   return path.stem().string();
 }
@@ -1054,7 +1077,8 @@ void read_block_details(const ConfigView& c, Model& m) {
 
 } // namespace
 
-Model parse_hf_config(const std::string& text, const std::string& file, Diagnostics& diag) {
+Model parse_hf_config(const std::string& text, const std::string& file, Diagnostics& diag,
+                      const SiblingReader& siblings) {
   YAML::Node root = detail::parse_yaml(text, file);
   auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
   MapReader top(root, "", locations);
@@ -1126,7 +1150,7 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
     quantization = q->yaml();
   } else if (auto legacy = c.map("compression_config")) {
     quantization = legacy->yaml(); // compressed-tensors before 2025
-  } else if (std::optional<YAML::Node> modelopt = modelopt_file(file)) {
+  } else if (std::optional<YAML::Node> modelopt = modelopt_file(file, siblings)) {
     quantization = modelopt;
   }
 

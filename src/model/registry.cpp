@@ -7,6 +7,7 @@
 
 #include <kvcalc/core/file.hpp>
 #include <kvcalc/core/spell.hpp>
+#include <kvcalc/model/hub.hpp>
 #include <kvcalc/model/loader.hpp>
 
 #include "../core/yaml_support.hpp"
@@ -212,8 +213,34 @@ Model load_model(std::string_view spec, Diagnostics& diagnostics) {
   if (std::filesystem::is_regular_file(path, ec)) {
     return parse_model_document(read_text_file(path), path, diagnostics);
   }
+  if (std::filesystem::is_directory(path, ec)) {
+    // An HF snapshot folder (a download, or the cache's snapshots/<commit>).
+    std::filesystem::path config = std::filesystem::path(path) / "config.json";
+    if (!std::filesystem::is_regular_file(config, ec)) {
+      throw InputError("'" + path +
+                       "' is a folder without a config.json: give a model's snapshot folder, "
+                       "its config.json, or a kvcalc model file");
+    }
+    return parse_hf_config(read_text_file(config.string()), config.string(), diagnostics);
+  }
   if (const Model* m = find_builtin_model(spec)) {
     return *m;
+  }
+  if (looks_like_repo_id(spec)) {
+    if (std::optional<std::filesystem::path> snapshot = cached_snapshot(spec)) {
+      std::filesystem::path config = *snapshot / "config.json";
+      if (std::filesystem::is_regular_file(config, ec)) {
+        return parse_hf_config(read_text_file(config.string()), config.string(), diagnostics);
+      }
+    }
+    std::optional<HubFile> config = fetch_hub_file(spec, "config.json", false);
+    SiblingReader from_hub = [&](const std::string& name) -> std::optional<std::string> {
+      if (std::optional<HubFile> f = fetch_hub_file(spec, name, true)) {
+        return f->text;
+      }
+      return std::nullopt;
+    };
+    return parse_hf_config(config->text, config->url, diagnostics, from_hub);
   }
   bool looks_like_path = spec.find('/') != std::string_view::npos || spec.ends_with(".yaml") ||
                          spec.ends_with(".yml") || spec.ends_with(".json");
@@ -230,8 +257,8 @@ Model load_model(std::string_view spec, Diagnostics& diagnostics) {
   }
   hint += hint.empty() ? "" : "?";
   throw InputError("unknown model '" + path + "'" + hint +
-                   " (`kvcalc models` lists the bundled ones; a path to a kvcalc YAML or a "
-                   "config.json works too)");
+                   " (`kvcalc models` lists the bundled ones; a kvcalc YAML, a config.json, a "
+                   "snapshot folder or a Hub repo id such as Qwen/Qwen3-32B works too)");
 }
 
 } // namespace kvcalc::model

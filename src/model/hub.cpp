@@ -1,0 +1,216 @@
+// The HuggingFace cache layout (huggingface_hub's file_download.py: models--{owner}--{name},
+// refs/{revision} holding a commit, snapshots/{commit}/{file}) and the Hub's file URL
+// ({endpoint}/{repo}/resolve/{revision}/{file}), read with libcurl.
+
+#include <kvcalc/model/hub.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+#if defined(KVCALC_HAVE_CURL)
+#include <curl/curl.h>
+#endif
+
+#include <kvcalc/core/error.hpp>
+#include <kvcalc/core/file.hpp>
+
+namespace kvcalc::model {
+
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::optional<std::string>(v) : std::nullopt;
+}
+
+bool truthy(const char* name) {
+  std::optional<std::string> v = env(name);
+  return v && (*v == "1" || *v == "true" || *v == "TRUE" || *v == "yes" || *v == "ON");
+}
+
+std::filesystem::path hf_home() {
+  if (auto home = env("HF_HOME")) {
+    return *home;
+  }
+  if (auto xdg = env("XDG_CACHE_HOME")) {
+    return std::filesystem::path(*xdg) / "huggingface";
+  }
+  return std::filesystem::path(env("HOME").value_or(".")) / ".cache" / "huggingface";
+}
+
+#if defined(KVCALC_HAVE_CURL)
+/// The bytes of a reply, capped: a config is kilobytes, never this.
+constexpr std::size_t k_max_reply_bytes = 16u << 20;
+
+std::size_t collect(char* data, std::size_t size, std::size_t count, void* out) {
+  auto* text = static_cast<std::string*>(out);
+  std::size_t n = size * count;
+  if (text->size() + n > k_max_reply_bytes) {
+    return 0; // libcurl stops with CURLE_WRITE_ERROR
+  }
+  text->append(data, n);
+  return n;
+}
+
+struct CurlDeleter {
+  void operator()(CURL* c) const { curl_easy_cleanup(c); }
+};
+struct ListDeleter {
+  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+};
+#endif
+
+} // namespace
+
+bool looks_like_repo_id(std::string_view spec) {
+  std::size_t slash = spec.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == spec.size() ||
+      spec.find('/', slash + 1) != std::string_view::npos) {
+    return false;
+  }
+  for (std::string_view ext : {".json", ".yaml", ".yml"}) {
+    if (spec.ends_with(ext)) {
+      return false;
+    }
+  }
+  return std::all_of(spec.begin(), spec.end(),
+                     [](char c) {
+                       return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                              (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' ||
+                              c == '/';
+                     }) &&
+         spec.front() != '.';
+}
+
+std::filesystem::path hub_cache_dir() {
+  if (auto cache = env("HF_HUB_CACHE")) {
+    return *cache;
+  }
+  return hf_home() / "hub";
+}
+
+std::optional<std::filesystem::path> cached_snapshot(std::string_view repo) {
+  std::size_t slash = repo.find('/');
+  std::string folder =
+      "models--" + std::string(repo.substr(0, slash)) + "--" + std::string(repo.substr(slash + 1));
+  std::filesystem::path dir = hub_cache_dir() / folder;
+  std::error_code ec;
+  std::filesystem::path ref = dir / "refs" / "main";
+  if (!std::filesystem::is_regular_file(ref, ec)) {
+    return std::nullopt;
+  }
+  std::string commit = read_text_file(ref.string());
+  while (!commit.empty() &&
+         (commit.back() == '\n' || commit.back() == '\r' || commit.back() == ' ')) {
+    commit.pop_back();
+  }
+  std::filesystem::path snapshot = dir / "snapshots" / commit;
+  if (commit.empty() || commit.find('/') != std::string::npos ||
+      !std::filesystem::is_directory(snapshot, ec)) {
+    return std::nullopt;
+  }
+  return snapshot;
+}
+
+std::optional<HubFile> fetch_hub_file(std::string_view repo, std::string_view filename,
+                                      bool optional) {
+  std::string r(repo);
+  if (truthy("HF_HUB_OFFLINE") || truthy("TRANSFORMERS_OFFLINE")) {
+    if (optional) {
+      return std::nullopt;
+    }
+    throw InputError("model '" + r + "' is not in the HF cache (" + hub_cache_dir().string() +
+                     ") and HF_HUB_OFFLINE is set: download its config.json first "
+                     "(huggingface-cli download " +
+                     r + " config.json), or unset HF_HUB_OFFLINE");
+  }
+  std::string endpoint = env("HF_ENDPOINT").value_or("https://huggingface.co");
+  while (!endpoint.empty() && endpoint.back() == '/') {
+    endpoint.pop_back();
+  }
+  std::string url = endpoint + "/" + r + "/resolve/main/" + std::string(filename);
+  std::optional<std::string> token = env("HF_TOKEN");
+  if (!token) {
+    std::error_code ec;
+    std::filesystem::path file = hf_home() / "token";
+    if (std::filesystem::is_regular_file(file, ec)) {
+      std::string t = read_text_file(file.string());
+      t.erase(std::remove_if(t.begin(), t.end(), [](char c) { return c == '\n' || c == '\r'; }),
+              t.end());
+      if (!t.empty()) {
+        token = t;
+      }
+    }
+  }
+
+#if !defined(KVCALC_HAVE_CURL)
+  throw Error("model '" + r + "' is not in the HF cache (" + hub_cache_dir().string() +
+              "), and this kvcalc was built without libcurl, so it cannot fetch " + url +
+              ": download its config.json (huggingface-cli download " + r +
+              " config.json) and give the file");
+#else
+  static const bool initialised = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  std::unique_ptr<CURL, CurlDeleter> curl(initialised ? curl_easy_init() : nullptr);
+  if (!curl) {
+    throw Error("cannot start an HTTP client (libcurl) to fetch " + url);
+  }
+  std::string body;
+  std::unique_ptr<curl_slist, ListDeleter> headers;
+  if (token) {
+    headers.reset(curl_slist_append(nullptr, ("Authorization: Bearer " + *token).c_str()));
+  }
+  CURL* c = curl.get();
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+  curl_easy_setopt(c, CURLOPT_USERAGENT, "kvcalc");
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  if (headers) {
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+  }
+  CURLcode rc = curl_easy_perform(c);
+  long status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  if (rc == CURLE_WRITE_ERROR) {
+    throw InputError(url + ": the reply is over 16 MiB, which no config.json is");
+  }
+  if (rc != CURLE_OK) {
+    throw Error("cannot fetch " + url + ": " + curl_easy_strerror(rc) +
+                " (offline? set HF_HUB_OFFLINE=1 to use the HF cache only, HF_ENDPOINT for a "
+                "mirror)");
+  }
+  if (status == 200) {
+    return HubFile{std::move(body), url};
+  }
+  if (status == 404 && optional) {
+    return std::nullopt;
+  }
+  if (status == 401 || status == 403) {
+    // The Hub answers 401 for a repo it will not show: missing, private or gated.
+    throw InputError(url + ": HTTP " + std::to_string(status) +
+                     ": no such repo, or it is private or gated" +
+                     (token ? " and the token given (HF_TOKEN) has no access to it"
+                            : ": check the name, or set HF_TOKEN to a token with access"));
+  }
+  if (status == 404) {
+    throw InputError(url + ": HTTP 404: no such repo or file on the Hub (is '" + r +
+                     "' spelt as on huggingface.co?)");
+  }
+  throw Error(url + ": HTTP " + std::to_string(status) + " from the Hub");
+#endif
+}
+
+bool hub_over_http() {
+#if defined(KVCALC_HAVE_CURL)
+  return true;
+#else
+  return false;
+#endif
+}
+
+} // namespace kvcalc::model
