@@ -14,6 +14,10 @@ namespace kvcalc::cli {
 /// that have a fixed set, bundled model names for MODEL arguments, GPU names for --gpu, files
 /// for FILE options.
 [[nodiscard]] std::string bash_completion(CLI::App& app);
+/// The zsh completion (`#compdef kvcalc`, one _arguments spec per command).
+[[nodiscard]] std::string zsh_completion(CLI::App& app);
+/// The fish completion (`complete -c kvcalc` lines).
+[[nodiscard]] std::string fish_completion(CLI::App& app);
 
 /// A man page (roff, section 1): every command with its arguments and options, their defaults
 /// and values, the exit codes.

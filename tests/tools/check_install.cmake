@@ -8,6 +8,7 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake --install failed (${rc})")
 endif()
 foreach(f bin/kvcalc share/man/man1/kvcalc.1 share/bash-completion/completions/kvcalc
+          share/zsh/site-functions/_kvcalc share/fish/vendor_completions.d/kvcalc.fish
           share/kvcalc/models/deepseek-v3.yaml share/doc/kvcalc/cli.md)
   if(NOT EXISTS ${PREFIX}/${f})
     message(FATAL_ERROR "not installed: ${f}")

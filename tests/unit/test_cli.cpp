@@ -293,7 +293,14 @@ TEST_CASE("the bash completion and the man page come from the option definitions
   CHECK(man.out.find(".SS \"kvcalc simulate MODEL... [options]\"") != std::string::npos);
   CHECK(man.out.find(".B \\-\\-format \\fItable|md|json|csv\\fR") != std::string::npos);
   CHECK(man.out.find(".SH EXIT STATUS") != std::string::npos);
-  CHECK_THROWS_AS(invoke({"completion", "fish"}), kvcalc::InputError);
+  Run zsh = invoke({"completion", "zsh"});
+  CHECK(zsh.out.starts_with("#compdef kvcalc"));
+  CHECK(zsh.out.find("'--engine[Budget rules") != std::string::npos);
+  CHECK(zsh.out.find("]:value:(plain vllm sglang trtllm)'") != std::string::npos);
+  CHECK(zsh.out.find("'(-o --output)'{-o,--output}") != std::string::npos);
+  Run fish = invoke({"completion", "fish"});
+  CHECK(fish.out.find("-l engine -x -a 'plain vllm sglang trtllm'") != std::string::npos);
+  CHECK_THROWS_AS(invoke({"completion", "tcsh"}), kvcalc::InputError);
 }
 
 TEST_CASE("docs/cli.md's option tables are the commands' own definitions", "[cli][docs]") {
