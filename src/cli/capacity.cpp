@@ -27,7 +27,7 @@ struct CapacityArgs {
   std::optional<u64> max_context_at;
   std::optional<u64> block_size; ///< the engine's when unset
   bool explain = false;
-  std::string device_profile; ///< measured ceilings: adds the decode step at full load
+  CeilingOptions ceilings; ///< measured ceilings: adds the decode step at full load
   CacheRequest cache;
   ParallelOptions parallel = ParallelOptions::on({"h100-sxm"});
   EngineOptions engine = EngineOptions::of(Engine::vllm);
@@ -280,10 +280,13 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
   }
   Rendered r;
   std::vector<Model> models = load_models(args.models, r.warnings);
-  std::optional<DeviceProfile> profile = read_device_profile(args.device_profile);
+  GpuCatalog catalog(args.parallel.gpu_file);
+  const std::string how_to_measure =
+      "add --measure, or a --device-profile that kvcalc measure wrote";
+  std::optional<DeviceProfile> profile =
+      read_ceilings(args.ceilings, args.parallel, catalog, how_to_measure, err);
   std::vector<Gpu> devices =
-      deployment_devices(args.parallel, profile, GpuCatalog(args.parallel.gpu_file),
-                         "add a --device-profile that kvcalc measure wrote", r.warnings);
+      deployment_devices(args.parallel, profile, catalog, how_to_measure, r.warnings);
   std::set<std::string> unmodelled; // models the roofline cannot time, said once each
   std::vector<Scenario> scenarios =
       run_scenarios(args, contexts, models, profile, devices, unmodelled, r.warnings);
@@ -354,11 +357,10 @@ Command setup_capacity(CLI::App& app) {
             "TensorRT-LLM 32, SGLang 1, plain none]")
       ->type_name("TOKENS")
       ->group(k_group_engine);
-  cmd->add_option("--device-profile", args->device_profile,
-                  "Measured ceilings (kvcalc measure --profile): adds the decode step time and "
-                  "tokens/s with every sequence that fits running (docs/device-profile.md)")
-      ->type_name("FILE")
-      ->group(k_group_ceilings);
+  add_ceiling_options(cmd, args->ceilings,
+                      "Measured ceilings (kvcalc measure --profile): adds the decode step time "
+                      "and tokens/s with every sequence that fits running "
+                      "(docs/device-profile.md)");
   cmd->add_flag("--explain", args->explain, "Print the budget, step by step")
       ->group(k_group_output);
   add_output_options(cmd, args->output, ScaledBytes::yes);

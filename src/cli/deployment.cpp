@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include <kvcalc/core/error.hpp>
@@ -118,6 +120,39 @@ std::vector<u64> default_contexts(const EngineOptions& engine) {
     out.push_back(*limit);
   }
   return out;
+}
+
+std::optional<DeviceProfile> read_ceilings(const CeilingOptions& c, const ParallelOptions& p,
+                                           const GpuCatalog& catalog,
+                                           const std::string& how_to_measure, std::ostream& err) {
+  if (!c.device_profile.empty() && c.measure) {
+    throw InputError("--measure measures the ceilings --device-profile would give; choose one");
+  }
+  if (!c.save_profile.empty() && !c.measure) {
+    throw InputError("--save-profile keeps what --measure measured: add --measure (kvcalc "
+                     "measure --profile FILE measures and writes a profile on its own)");
+  }
+  if (!c.measure) {
+    return read_device_profile(c.device_profile);
+  }
+  auto backend = make_measure_backend("auto");
+  DeviceProfile planned;
+  planned.backend = backend->name();
+  planned.device = backend->device();
+  planned.file = "(measured now)";
+  std::vector<std::string> ignored; // the real check after measuring says them
+  (void)deployment_devices(p, planned, catalog, how_to_measure, ignored);
+  MeasureOptions options; // probes only: the ceilings
+  if (isatty(2) != 0) {
+    options.progress = [&err](const std::string& what) { err << "kvcalc: " << what << '\n'; };
+  }
+  std::string source = c.save_profile.empty() ? "(measured now)" : c.save_profile;
+  DeviceProfile measured = to_device_profile(run_measure(*backend, options), source);
+  if (!c.save_profile.empty()) {
+    write_text_file(c.save_profile, device_profile_yaml(measured));
+    err << "kvcalc: wrote " << c.save_profile << '\n';
+  }
+  return measured;
 }
 
 std::optional<DeviceProfile> read_device_profile(const std::string& path) {

@@ -3,6 +3,7 @@
 // × tp (capacity, compare, simulate).
 
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,13 @@ capacity_requests(const std::vector<Model>& models, const CacheRequest& cache,
 /// The contexts a command reports when none are asked: 4k, 32k and 128k, those up to
 /// --max-model-len and that length itself when it is given.
 [[nodiscard]] std::vector<u64> default_contexts(const EngineOptions& engine);
+
+/// The ceilings of --device-profile, or of this machine measured now with --measure (written
+/// to --save-profile when given; --gpu is checked against the measured device before the probes
+/// run); nullopt for neither.
+std::optional<DeviceProfile> read_ceilings(const CeilingOptions& c, const ParallelOptions& p,
+                                           const GpuCatalog& catalog,
+                                           const std::string& how_to_measure, std::ostream& err);
 
 /// The device profile of --device-profile FILE, if one is given.
 std::optional<DeviceProfile> read_device_profile(const std::string& path);

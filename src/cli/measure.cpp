@@ -48,7 +48,7 @@ MeasureOptions measure_options(const MeasureArgs& args, std::string_view backend
   o.contexts = parse_count_list(args.context.empty() ? context : args.context, "--context");
   o.query = args.query;
   if (isatty(2) != 0) {
-    o.progress = [&err](const std::string& what) { err << "kvcalc: measuring " << what << '\n'; };
+    o.progress = [&err](const std::string& what) { err << "kvcalc: " << what << '\n'; };
   }
   return o;
 }

@@ -215,6 +215,21 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope
   }
 }
 
+void add_ceiling_options(CLI::App* cmd, CeilingOptions& c, const std::string& profile_help) {
+  cmd->add_option("--device-profile", c.device_profile, profile_help)
+      ->type_name("FILE")
+      ->group(k_group_ceilings);
+  cmd->add_flag("--measure", c.measure,
+                "Measure this machine's ceilings first (kvcalc measure's probes) and use them; "
+                "without --gpu (or with --gpu auto) the measured device is the device")
+      ->group(k_group_ceilings);
+  cmd->add_option("--save-profile", c.save_profile,
+                  "With --measure: also write what was measured as a device profile FILE, for "
+                  "--device-profile next time")
+      ->type_name("FILE")
+      ->group(k_group_ceilings);
+}
+
 void add_step_pricing_options(CLI::App* cmd, roofline::Overlap& overlap, std::string& imbalance) {
   add_choice(cmd, "--overlap", overlap, roofline::k_overlaps,
              "none, or two-batch: two half batches, the compute of one hiding the communication "

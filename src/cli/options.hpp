@@ -101,6 +101,18 @@ CLI::Option* add_choice_list(CLI::App* cmd, const std::string& flags, std::vecto
       ->check(choice_of(table));
 }
 
+/// Where a command's ceilings come from: a profile file, or this machine measured now (and
+/// where to keep what was measured).
+struct CeilingOptions {
+  std::string device_profile;
+  bool measure = false;
+  std::string save_profile;
+};
+
+/// --device-profile (`profile_help` says what the command does with it), --measure and
+/// --save-profile.
+void add_ceiling_options(CLI::App* cmd, CeilingOptions& c, const std::string& profile_help);
+
 /// A dtype option's text, parsed (aliases and did-you-mean included).
 [[nodiscard]] std::optional<DType> dtype_option(const std::string& text, const std::string& flag);
 

@@ -35,9 +35,8 @@ struct RooflineArgs {
   std::vector<MlaMode> mla{MlaMode::automatic};
   bool mla_given = false;
   NaiveKv naive_kv = NaiveKv::fused;
-  std::string efficiency;     ///< "bw=0.85,flops=0.7"
-  std::string device_profile; ///< measured ceilings (docs/device-profile.md)
-  bool measure = false;       ///< measure this machine first and use its ceilings
+  std::string efficiency;  ///< "bw=0.85,flops=0.7"
+  CeilingOptions ceilings; ///< measured ceilings (docs/device-profile.md), read or measured now
   bool no_communication = false;
   Overlap overlap = Overlap::none;
   u64 mtp = 0;              ///< tokens the MTP module drafts per step
@@ -184,26 +183,6 @@ struct RooflineInputs {
   std::vector<Gpu> devices;
 };
 
-/// The measured device's profile, after checking that the --gpu names fit it (before the probes
-/// take seconds).
-DeviceProfile measure_now(const RooflineArgs& args, const GpuCatalog& catalog,
-                          const std::string& how_to_measure, std::ostream& err) {
-  auto backend = make_measure_backend("auto");
-  DeviceProfile planned;
-  planned.backend = backend->name();
-  planned.device = backend->device();
-  planned.file = "(measured now)";
-  std::vector<std::string> ignored; // the real check after measuring says them
-  (void)deployment_devices(args.parallel, planned, catalog, how_to_measure, ignored);
-  MeasureOptions options; // probes only: the roofline needs the ceilings
-  if (isatty(2) != 0) {
-    options.progress = [&err](const std::string& what) {
-      err << "kvcalc: measuring " << what << '\n';
-    };
-  }
-  return to_device_profile(run_measure(*backend, options), "(measured now)");
-}
-
 RooflineInputs read_inputs(const RooflineArgs& args, const std::vector<Model>& models,
                            std::vector<std::string>& warnings, std::ostream& err) {
   RooflineInputs in;
@@ -231,20 +210,14 @@ RooflineInputs read_inputs(const RooflineArgs& args, const std::vector<Model>& m
     }
   }
   in.efficiency = parse_efficiency(args.efficiency, "--efficiency");
-  if (!args.device_profile.empty() || args.measure) {
-    if (in.efficiency.given) {
-      throw InputError("--efficiency and measured ceilings (--device-profile, --measure) both "
-                       "set the ceilings; give one");
-    }
-    if (!args.device_profile.empty() && args.measure) {
-      throw InputError("--measure measures the ceilings --device-profile would give; choose one");
-    }
+  if ((!args.ceilings.device_profile.empty() || args.ceilings.measure) && in.efficiency.given) {
+    throw InputError("--efficiency and measured ceilings (--device-profile, --measure) both "
+                     "set the ceilings; give one");
   }
   const std::string how_to_measure =
       "add --measure, or a --device-profile that kvcalc measure wrote";
   GpuCatalog catalog(args.parallel.gpu_file);
-  in.profile = args.measure ? measure_now(args, catalog, how_to_measure, err)
-                            : read_device_profile(args.device_profile);
+  in.profile = read_ceilings(args.ceilings, args.parallel, catalog, how_to_measure, err);
   in.devices = deployment_devices(args.parallel, in.profile, catalog, how_to_measure, warnings);
   return in;
 }
@@ -672,15 +645,9 @@ Command setup_roofline(CLI::App& app) {
                   "1, the datasheet]")
       ->type_name("bw=F,flops=F")
       ->group(k_group_ceilings);
-  cmd->add_option("--device-profile", args->device_profile,
-                  "Measured ceilings (a profile `kvcalc measure --profile` writes) instead of the "
-                  "datasheet's")
-      ->type_name("FILE")
-      ->group(k_group_ceilings);
-  cmd->add_flag("--measure", args->measure,
-                "Measure this machine's ceilings first (kvcalc measure's probes) and use them; "
-                "without --gpu (or with --gpu auto) the measured device is the device")
-      ->group(k_group_ceilings);
+  add_ceiling_options(cmd, args->ceilings,
+                      "Measured ceilings (a profile `kvcalc measure --profile` writes) instead of "
+                      "the datasheet's");
   cmd->add_flag("--ops", args->ops, "Print the op table of every scenario")->group(k_group_output);
   cmd->add_flag("--explain", args->explain,
                 "Print each collective with its links, bytes, α and β, the pipeline and the "

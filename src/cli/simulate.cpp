@@ -44,7 +44,7 @@ struct SimulateArgs {
   bool no_prefix_sharing = false;
   MlaMode mla = MlaMode::automatic;
   std::string efficiency;
-  std::string device_profile;
+  CeilingOptions ceilings;
   std::string timeline;     ///< per-step CSV file
   std::string plot;         ///< SVG file
   std::string prefill_pool; ///< disaggregated: the prefill pool's deployment, NxG[:tpT][:epE]...
@@ -272,7 +272,7 @@ struct SimulateInputs {
   double imbalance = 1;
 };
 
-SimulateInputs read_inputs(const SimulateArgs& args) {
+SimulateInputs read_inputs(const SimulateArgs& args, std::ostream& err) {
   if (looks_like_length(args.output.file)) {
     throw InputError("-o/--output '" + args.output.file +
                      "' is where the result goes; the output length in tokens is "
@@ -312,11 +312,14 @@ SimulateInputs read_inputs(const SimulateArgs& args) {
     check.rate = in.rates.front().value_or(in.workload.rate);
     validate_workload(check);
   }
-  if (!args.efficiency.empty() && !args.device_profile.empty()) {
-    throw InputError("--efficiency and --device-profile both set the ceilings; give one");
+  if (!args.efficiency.empty() &&
+      (!args.ceilings.device_profile.empty() || args.ceilings.measure)) {
+    throw InputError("--efficiency and measured ceilings (--device-profile, --measure) both set "
+                     "the ceilings; give one");
   }
   in.efficiency = parse_efficiency(args.efficiency, "--efficiency");
-  in.profile = read_device_profile(args.device_profile);
+  in.profile = read_ceilings(args.ceilings, args.parallel, GpuCatalog(args.parallel.gpu_file),
+                             "add --measure, or a --device-profile that kvcalc measure wrote", err);
   in.swap_bandwidth = static_cast<double>(parse_bytes(args.swap_bandwidth, "--swap-bandwidth"));
   if (in.swap_bandwidth <= 0) {
     throw InputError("--swap-bandwidth must be above 0 bytes per second");
@@ -898,7 +901,7 @@ void render_simulation(Rendered& r, const SimulateArgs& args, const SimulateInpu
 }
 
 int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err) {
-  SimulateInputs in = read_inputs(args);
+  SimulateInputs in = read_inputs(args, err);
   Rendered r;
   std::vector<Model> models = load_models(args.models, r.warnings);
   TimelineFile timeline(args.timeline);
@@ -1035,10 +1038,8 @@ Command setup_simulate(CLI::App& app) {
                   "Scale the datasheet ceilings: bw=F,flops=F [default: 1, the datasheet]")
       ->type_name("bw=F,flops=F")
       ->group(k_group_ceilings);
-  cmd->add_option("--device-profile", args->device_profile,
-                  "Measured ceilings (a profile `kvcalc measure --profile` writes)")
-      ->type_name("FILE")
-      ->group(k_group_ceilings);
+  add_ceiling_options(cmd, args->ceilings,
+                      "Measured ceilings (a profile `kvcalc measure --profile` writes)");
   cmd->add_option("--timeline", args->timeline,
                   "Write every step as CSV: time, running, waiting, tokens, KV blocks")
       ->type_name("FILE.csv")

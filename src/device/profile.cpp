@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -13,7 +14,43 @@
 
 namespace kvcalc::device {
 
+namespace {
+
+/// The fix for a file that is kvcalc's report of a run rather than the profile.
+constexpr const char* k_write_profile =
+    "write the profile with `kvcalc measure --profile FILE` (or `--measure --save-profile FILE` "
+    "on roofline, capacity and simulate); -o/--output writes the report";
+
+/// What `text` is when it is one of kvcalc's reports rather than a profile: its JSON (with
+/// the command that wrote it), or measure's table in text, Markdown or CSV; nullopt otherwise.
+std::optional<std::string> report_kind(const std::string& text) {
+  std::size_t start = text.find_first_not_of(" \t\r\n");
+  if (start != std::string::npos && text[start] == '{' &&
+      text.find("\"kvcalc\"", start) != std::string::npos) {
+    std::size_t command = text.find("\"command\": \"");
+    if (command != std::string::npos) {
+      std::size_t begin = command + 12;
+      std::string name = text.substr(begin, text.find('"', begin) - begin);
+      return "kvcalc " + name + "'s JSON report";
+    }
+    return "a kvcalc JSON report";
+  }
+  for (const char* mark :
+       {"Probes on ", "**Probes on ", "name,heads,batch,context,time_s", "probe,rate"}) {
+    if (text.compare(start == std::string::npos ? 0 : start, std::string_view(mark).size(), mark) ==
+        0) {
+      return "kvcalc measure's report";
+    }
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
 DeviceProfile parse_device_profile(const std::string& text, const std::string& file) {
+  if (std::optional<std::string> kind = report_kind(text)) {
+    throw InputError(file + " is " + *kind + ", not a device profile: " + k_write_profile);
+  }
   YAML::Node root = detail::parse_yaml(text, file);
   if (!root.IsDefined() || !root.IsMap()) {
     throw InputError(SourceLocation{file, 1, 1},

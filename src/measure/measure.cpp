@@ -59,9 +59,14 @@ double mla_inputs_bytes(const MlaKernelConfig& c, double w) {
 }
 
 MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options) {
+  // Progress as n/N: the probes, then each kernel run.
+  std::size_t total =
+      1 + 2 * options.heads.size() * options.batches.size() * options.contexts.size();
+  std::size_t done = 0;
   auto say = [&](const std::string& what) {
+    ++done;
     if (options.progress) {
-      options.progress(what);
+      options.progress(fmt::format("[{}/{}] {}", done, total, what));
     }
   };
   MeasureResult r;
@@ -95,7 +100,7 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
     }
   }
 
-  say("probing bandwidth and compute");
+  say("measuring the bandwidth and compute probes");
   r.probes = backend.probe(options.quick);
   r.probes.bandwidth_bytes_per_s = r.probes.read_bytes_per_s;
   double gemm = r.probes.gemm_flops_per_s.fp32.value_or(0);
@@ -112,7 +117,7 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
         for (bool naive : {false, true}) {
           MlaKernelConfig c{h, b, t, options.query};
           std::string name = naive ? "mla_decode.naive" : "mla_decode.absorbed";
-          say(fmt::format("{} heads {} batch {} context {}", name, h, b, t));
+          say(fmt::format("timing {}, heads {}, batch {}, context {}", name, h, b, t));
           KernelRun run = backend.run_mla(c, naive, options.quick);
           KernelMeasurement k;
           k.name = name;

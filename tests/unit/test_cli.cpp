@@ -431,6 +431,7 @@ TEST_CASE("every option of every command changes the result or is refused", "[cl
       {"--device-profile", {{src + "/tests/data/profiles/h200-example.yaml"}}},
       {"--efficiency", {{"bw=0.5"}}},
       {"--plot", {{file("plot.svg")}}},
+      {"--save-profile", {{file("saved-profile.yaml")}}},
       {"--query", {{"2"}}},
       {"--batch", {{"32"}}},
   };
@@ -471,6 +472,10 @@ TEST_CASE("every option of every command changes the result or is refused", "[cl
       {"roofline --naive-kv", {{"materialized"}, {"--mla", "naive"}}},
       {"roofline --mla-crossover", {{}}},
       {"roofline --measure",
+       {{}, {"--device-profile", src + "/tests/data/profiles/h200-example.yaml"}}},
+      {"capacity --measure",
+       {{}, {"--device-profile", src + "/tests/data/profiles/h200-example.yaml"}}},
+      {"simulate --measure",
        {{}, {"--device-profile", src + "/tests/data/profiles/h200-example.yaml"}}},
       {"roofline --no-comm", {{}}},
       {"roofline --ops", {{}}},
