@@ -17,6 +17,7 @@
 #include <kvcalc/report/record.hpp>
 #include <kvcalc/report/svg.hpp>
 #include <kvcalc/sim/simulator.hpp>
+#include <kvcalc/sim/slo.hpp>
 #include <kvcalc/sim/trace.hpp>
 
 #include "deployment.hpp"
@@ -46,6 +47,7 @@ struct SimulateArgs {
   std::string efficiency;
   CeilingOptions ceilings;
   std::string timeline;     ///< per-step CSV file
+  std::string slo;          ///< latency targets: find the highest rate meeting them
   std::string plot;         ///< SVG file
   std::string prefill_pool; ///< disaggregated: the prefill pool's deployment, NxG[:tpT][:epE]...
   std::string decode_pool;  ///< and the decode pool's
@@ -550,6 +552,34 @@ std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& 
   return scenarios;
 }
 
+/// Every model on every GPU and tp of the deployment as an instance, not yet run; where it does
+/// not fit, the reason.
+std::vector<Scenario> instances(const SimulateArgs& args, const SimulateInputs& in,
+                                const std::vector<Model>& models,
+                                std::vector<std::string>& warnings) {
+  std::vector<Scenario> out;
+  const ParallelOptions& deployment = in.deployment;
+  std::vector<Gpu> devices =
+      deployment_devices(deployment, in.profile, GpuCatalog(deployment.gpu_file),
+                         "add a --device-profile that kvcalc measure wrote", warnings);
+  for (const auto& request : capacity_requests(models, args.cache, deployment, args.engine,
+                                               args.block_size, devices, {}, std::nullopt)) {
+    CapacityResult capacity;
+    auto instance = instance_of(request, args, in, deployment.node_gpus(), capacity, warnings);
+    Scenario& base = out.emplace_back();
+    base.config.step.parallel = capacity.parallel;
+    base.model = request.model.name;
+    base.gpu = capacity.gpu;
+    base.engine = capacity.engine;
+    if (auto* why = std::get_if<std::string>(&instance)) {
+      base.unfit = *why;
+      continue;
+    }
+    base.config = std::get<SimConfig>(instance);
+  }
+  return out;
+}
+
 /// Every model on every GPU and tp of the deployment, at every rate: simulated where it fits,
 /// with the reason where it does not.
 std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInputs& in,
@@ -560,30 +590,17 @@ std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInpu
   }
   std::vector<Scenario> scenarios;
   const ParallelOptions& deployment = in.deployment;
-  std::vector<Gpu> devices =
-      deployment_devices(deployment, in.profile, GpuCatalog(deployment.gpu_file),
-                         "add a --device-profile that kvcalc measure wrote", warnings);
-  for (const auto& request : capacity_requests(models, args.cache, deployment, args.engine,
-                                               args.block_size, devices, {}, std::nullopt)) {
-    CapacityResult capacity;
-    auto instance = instance_of(request, args, in, deployment.node_gpus(), capacity, warnings);
-    Scenario base;
-    base.config.step.parallel = capacity.parallel;
-    base.model = request.model.name;
-    base.gpu = capacity.gpu;
-    base.engine = capacity.engine;
-    if (auto* why = std::get_if<std::string>(&instance)) {
-      base.unfit = *why;
-      scenarios.push_back(std::move(base));
+  for (const Scenario& base : instances(args, in, models, warnings)) {
+    if (!base.unfit.empty()) {
+      scenarios.push_back(base);
       continue;
     }
-    base.config = std::get<SimConfig>(instance);
     for (const auto& rate : in.rates) {
       Scenario s = base;
       s.rate = rate;
       s.label = s.model +
                 (deployment.gpus.size() > 1 || deployment.tps.size() > 1
-                     ? " " + s.gpu + " tp " + std::to_string(capacity.parallel.tp)
+                     ? " " + s.gpu + " tp " + std::to_string(s.config.step.parallel.tp)
                      : "") +
                 (rate && in.rates.size() > 1 ? fmt::format(" @ {:g}/s", *rate) : "");
       std::unique_ptr<std::ifstream> file;
@@ -900,10 +917,160 @@ void render_simulation(Rendered& r, const SimulateArgs& args, const SimulateInpu
   }
 }
 
+/// --slo: each instance searched for the highest rate meeting the targets, or checked at the
+/// rates (or trace) given, with every run as evidence and the fewest GPUs that meet them.
+int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vector<Model>& models,
+            Rendered& r, std::ostream& out, std::ostream& err) {
+  std::vector<SloTarget> targets = parse_slo(args.slo);
+  if (in.prefill_pool) {
+    throw InputError("--slo searches one instance at a time; drop --prefill/--decode, or run "
+                     "each rate without --slo");
+  }
+  if (!args.timeline.empty() || !args.plot.empty()) {
+    throw InputError("--slo runs many simulations; --timeline and --plot draw one: drop them");
+  }
+  bool search = !in.trace && args.rates.empty();
+  std::vector<Scenario> bases = instances(args, in, models, r.warnings);
+  std::vector<Record> rows;
+  std::vector<Record> evidence;
+  std::string targets_text;
+  for (const SloTarget& t : targets) {
+    targets_text += (targets_text.empty() ? "" : ", ") + describe(t);
+  }
+  const Scenario* best = nullptr;
+  double best_value = 0;
+  bool all_fit = true;
+  for (const Scenario& base : bases) {
+    if (!base.unfit.empty()) {
+      all_fit = false;
+      r.warnings.push_back(base.unfit);
+      continue;
+    }
+    u64 gpus = base.config.step.parallel.tp * base.config.step.parallel.pp;
+    auto run_at = [&](std::optional<double> rate) {
+      std::unique_ptr<std::ifstream> file;
+      auto source = open_source(args, in, rate, file);
+      return simulate(base.config, *source);
+    };
+    SloSearch found;
+    if (search) {
+      found = search_max_rate([&](double rate) { return run_at(rate); }, targets, in.workload.rate);
+    } else {
+      for (const auto& rate : in.rates) {
+        SimResult x = run_at(rate);
+        bool ok = meets(x, targets);
+        found.runs.push_back({rate.value_or(0), std::move(x), ok});
+      }
+    }
+    Record& row = rows.emplace_back();
+    row.value("model", "model", Cell::text(base.model));
+    row.value("gpu", "gpu", Cell::text(base.gpu));
+    row.value("gpus", "gpus", Cell::count(gpus));
+    row.value("tp", "tp", Cell::count(base.config.step.parallel.tp));
+    if (search) {
+      row.value("max_rate_per_s", "max rate/s",
+                found.max_rate > 0 ? Cell::number(found.max_rate) : Cell::empty());
+      row.value("max_rate_per_s_per_gpu", "rate/s/GPU",
+                found.max_rate > 0 ? Cell::number(found.max_rate / static_cast<double>(gpus))
+                                   : Cell::empty());
+      row.value("failed_rate_per_s", "fails at/s",
+                found.failed_rate > 0 ? Cell::number(found.failed_rate) : Cell::empty());
+      double per_gpu = found.max_rate / static_cast<double>(gpus);
+      if (found.max_rate > 0 && per_gpu > best_value) {
+        best = &base;
+        best_value = per_gpu;
+      }
+    } else {
+      bool ok = std::all_of(found.runs.begin(), found.runs.end(),
+                            [](const SloRun& x) { return x.meets; });
+      row.value("meets", "within SLO", Cell::flag(ok));
+      if (ok && (best == nullptr || static_cast<double>(gpus) < best_value)) {
+        best = &base;
+        best_value = static_cast<double>(gpus);
+      }
+    }
+    row.value("runs", "runs", Cell::count(found.runs.size()));
+    for (const SloRun& x : found.runs) {
+      Record& e = evidence.emplace_back();
+      e.value("model", "model", Cell::text(base.model));
+      e.value("gpu", "gpu", Cell::text(base.gpu));
+      e.value("tp", "tp", Cell::count(base.config.step.parallel.tp));
+      e.value("rate_per_s", "rate/s", in.trace ? Cell::text("trace") : Cell::number(x.rate));
+      Record& got = e.object("measured");
+      for (const SloTarget& t : targets) {
+        got.value(t.metric + "_" + t.statistic, t.metric + " " + t.statistic,
+                  Cell::seconds(measured(x.result, t)));
+      }
+      e.value("rejected", "rejected", Cell::count(x.result.requests_rejected));
+      e.value("overloaded", "overloaded", Cell::flag(overloaded(x.result)));
+      e.value("meets", "within SLO", Cell::flag(x.meets));
+    }
+  }
+  if (rows.empty()) {
+    throw DoesNotFit(bases.front().unfit);
+  }
+  r.json = json_header("simulate");
+  Record slo;
+  slo.strings("targets", [&] {
+    std::vector<std::string> v;
+    for (const SloTarget& t : targets) {
+      v.push_back(t.metric + "_" + t.statistic + "=" + fmt::format("{:g}", t.seconds));
+    }
+    return v;
+  }());
+  slo.value("mode", Cell::text(search ? "search" : "check"));
+  r.json["workload"] = describe_workload(args, in).json();
+  r.json["slo"] = slo.json();
+  r.json["slo"]["scenarios"] = json_of(rows);
+  r.json["slo"]["runs"] = json_of(evidence);
+  std::vector<ColumnRef> columns{{"model"}, {"gpu"}, {"gpus"}, {"tp"}};
+  if (search) {
+    columns.insert(columns.end(),
+                   {{"max_rate_per_s"}, {"max_rate_per_s_per_gpu"}, {"failed_rate_per_s"}});
+  } else {
+    columns.push_back({"meets"});
+  }
+  columns.push_back({"runs"});
+  Table t = table_of(rows, columns);
+  t.title = search ? "Highest arrival rate within " + targets_text : "Within " + targets_text + "?";
+  std::vector<ColumnRef> run_columns{{"model"}, {"gpu"}, {"tp"}, {"rate_per_s"}};
+  for (const SloTarget& x : targets) {
+    run_columns.push_back({"measured." + x.metric + "_" + x.statistic});
+  }
+  run_columns.insert(run_columns.end(), {{"rejected"}, {"overloaded"}, {"meets"}});
+  Table runs = table_of(evidence, run_columns);
+  runs.title = "The simulations run";
+  if (best != nullptr) {
+    t.notes.push_back(search ? fmt::format("most requests/s per GPU within the targets: {} on {} "
+                                           "(tp {}), {:.4g}/s per GPU",
+                                           best->model, best->gpu, best->config.step.parallel.tp,
+                                           best_value)
+                             : fmt::format("fewest GPUs within the targets: {} on {} (tp {}), {} "
+                                           "GPUs",
+                                           best->model, best->gpu, best->config.step.parallel.tp,
+                                           static_cast<u64>(best_value)));
+  } else {
+    t.notes.push_back(search ? "no deployment meets the targets at any rate searched (1/1,024 "
+                               "of the start and up)"
+                             : "no deployment meets the targets");
+  }
+  t.notes.push_back("a run meets the targets when every statistic is within its bound, no "
+                    "request is rejected and the queue does not grow (docs/simulate.md, SLO "
+                    "search)");
+  r.tables.push_back(std::move(t));
+  r.tables.push_back(std::move(runs));
+  r.csv = table_of(evidence, run_columns);
+  emit(r, args.output, out, err);
+  return static_cast<int>(all_fit ? ExitCode::ok : ExitCode::does_not_fit);
+}
+
 int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err) {
   SimulateInputs in = read_inputs(args, err);
   Rendered r;
   std::vector<Model> models = load_models(args.models, r.warnings);
+  if (!args.slo.empty()) {
+    return run_slo(args, in, models, r, out, err);
+  }
   TimelineFile timeline(args.timeline);
   std::vector<Scenario> scenarios = run_scenarios(args, in, models, timeline, r.warnings);
   std::vector<const Scenario*> ran;
@@ -1040,6 +1207,13 @@ Command setup_simulate(CLI::App& app) {
       ->group(k_group_ceilings);
   add_ceiling_options(cmd, args->ceilings,
                       "Measured ceilings (a profile `kvcalc measure --profile` writes)");
+  cmd->add_option("--slo", args->slo,
+                  "Latency targets, METRIC_STAT=DURATION,... (ttft_p99=2s,tpot_p99=50ms): the "
+                  "highest arrival rate each deployment meets them at (doubling, then "
+                  "bisection), or with --rate or --trace whether it meets them there and the "
+                  "fewest GPUs that do; every run is listed")
+      ->type_name("TARGETS")
+      ->group(k_group_workload);
   cmd->add_option("--timeline", args->timeline,
                   "Write every step as CSV: time, running, waiting, tokens, KV blocks")
       ->type_name("FILE.csv")

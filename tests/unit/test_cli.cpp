@@ -465,6 +465,7 @@ TEST_CASE("every option of every command changes the result or is refused", "[cl
       {"compare --redundant-experts", {{"32"}, {"--gpu", "h200", "--tp", "8", "--ep", "8"}}},
       {"capacity --max-context-at", {{"4"}}},
       {"simulate --max-model-len", {{"1k"}}},
+      {"simulate --slo", {{"ttft_p99=2s"}}},
       {"capacity --gpus", {{"16"}}},
       {"roofline --prompt", {{"8k"}, {"--phase", "prefill"}}},
       {"roofline --phase", {{"prefill"}}},

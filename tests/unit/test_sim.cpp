@@ -5,6 +5,7 @@
 
 #include <kvcalc/model/registry.hpp>
 #include <kvcalc/sim/simulator.hpp>
+#include <kvcalc/sim/slo.hpp>
 #include <kvcalc/sim/trace.hpp>
 
 using namespace kvcalc;
@@ -702,4 +703,45 @@ TEST_CASE("arrivals that outrun the instance: the queue grows at offered / serve
   CHECK(*slow.queue_growth == Approx(0.0).margin(1e-9));
   // All at once: no figure.
   CHECK_FALSE(run(c, burst(40, 100, 10)).queue_growth);
+}
+
+TEST_CASE("SLO targets: parsed, checked, and the highest rate found by doubling and bisection",
+          "[sim][slo]") {
+  std::vector<SloTarget> targets = parse_slo("ttft_p99=2s,tpot_p50=50ms");
+  REQUIRE(targets.size() == 2);
+  CHECK(targets[0].metric == "ttft");
+  CHECK(targets[0].statistic == "p99");
+  CHECK(targets[0].seconds == 2);
+  CHECK(targets[1].seconds == Approx(0.05));
+  CHECK(describe(targets[1]) == "TPOT p50 ≤ 50.000 ms");
+  CHECK_THROWS_WITH(parse_slo("ttft_p99=2"), Catch::Contains("with a unit"));
+  CHECK_THROWS_WITH(parse_slo("ttfb_p99=2s"), Catch::Contains("unknown target 'ttfb_p99'"));
+  CHECK_THROWS_WITH(parse_slo("ttft_p99=2s,ttft_p99=1s"), Catch::Contains("given twice"));
+  CHECK_THROWS_AS(parse_slo("ttft_p99=-1s"), InputError);
+
+  // A run whose TTFT p99 is rate / 10 s: the targets hold up to 20 requests/s exactly.
+  std::vector<SloTarget> ttft = parse_slo("ttft_p99=2s");
+  auto run = [](double rate) {
+    SimResult r;
+    r.requests_completed = 100;
+    r.ttft.p99 = rate / 10;
+    return r;
+  };
+  SloSearch up = search_max_rate(run, ttft, 1);
+  CHECK(up.max_rate <= 20);
+  CHECK(up.failed_rate > 20);
+  CHECK(up.failed_rate / up.max_rate <= 1.02);
+  CHECK(up.runs.front().rate == 1);
+  CHECK(up.runs[5].rate == 32); // doubled: 1, 2, 4, 8, 16, 32 (the first to fail)
+  SloSearch down = search_max_rate(run, ttft, 100);
+  CHECK(down.max_rate <= 20);
+  CHECK(down.failed_rate / down.max_rate <= 1.02);
+  // A growing queue or a rejected request fails whatever the percentiles.
+  SimResult r = run(1);
+  CHECK(meets(r, ttft));
+  r.queue_growth = 0.2;
+  CHECK_FALSE(meets(r, ttft));
+  r.queue_growth.reset();
+  r.requests_rejected = 1;
+  CHECK_FALSE(meets(r, ttft));
 }
