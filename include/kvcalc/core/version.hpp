@@ -9,6 +9,6 @@ namespace kvcalc {
 /// True when the CUDA kernels were compiled in.
 [[nodiscard]] bool built_with_cuda();
 /// Bumped when a field of the JSON output changes meaning or disappears (docs/output-schema.md).
-inline constexpr int k_json_schema = 4;
+inline constexpr int k_json_schema = 5;
 
 } // namespace kvcalc
