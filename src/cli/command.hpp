@@ -53,6 +53,24 @@ struct Rendered {
 void emit(Rendered& result, const OutputOptions& options, std::ostream& out, std::ostream& err);
 /// Says each warning once on `err` ("kvcalc: warning: ..."); returns them, each once.
 std::vector<std::string> say_warnings(std::ostream& err, const std::vector<std::string>& warnings);
+
+/// "kvcalc: [n/N] what" on stderr for someone watching a terminal: silent when stderr is not
+/// one, and until the work has run for a second (a quick command prints none).
+class Progress {
+public:
+  Progress(std::ostream& err, std::size_t total);
+  Progress(std::ostream& err, std::size_t total, bool terminal,
+           std::function<double()> seconds_since_start);
+  /// Step n + 1 of N begins: `what` it is.
+  void step(const std::string& what);
+
+private:
+  std::ostream& m_err;
+  std::size_t m_total;
+  std::size_t m_done = 0;
+  bool m_terminal;
+  std::function<double()> m_elapsed;
+};
 /// {"kvcalc": {"version", "schema"}, "command": name}
 Json json_header(const std::string& command);
 /// Fills `into` with one value per dtype of `flops` ("fp32", "tf32", …; empty where unset),

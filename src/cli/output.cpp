@@ -1,5 +1,8 @@
 #include <algorithm>
+#include <chrono>
 #include <ostream>
+
+#include <unistd.h>
 
 #include <kvcalc/core/error.hpp>
 #include <kvcalc/core/file.hpp>
@@ -28,6 +31,24 @@ std::vector<std::string> say_warnings(std::ostream& err, const std::vector<std::
     }
   }
   return said;
+}
+
+Progress::Progress(std::ostream& err, std::size_t total)
+    : Progress(err, total, isatty(2) != 0, [start = std::chrono::steady_clock::now()] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }) {
+}
+
+Progress::Progress(std::ostream& err, std::size_t total, bool terminal,
+                   std::function<double()> seconds_since_start)
+    : m_err(err), m_total(total), m_terminal(terminal), m_elapsed(std::move(seconds_since_start)) {
+}
+
+void Progress::step(const std::string& what) {
+  ++m_done;
+  if (m_terminal && m_elapsed() >= 1.0) {
+    m_err << "kvcalc: [" << m_done << "/" << m_total << "] " << what << '\n';
+  }
 }
 
 void emit(Rendered& result, const OutputOptions& options, std::ostream& out, std::ostream& err) {

@@ -584,18 +584,22 @@ std::vector<Scenario> instances(const SimulateArgs& args, const SimulateInputs& 
 /// with the reason where it does not.
 std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInputs& in,
                                     const std::vector<Model>& models, TimelineFile& timeline,
-                                    std::vector<std::string>& warnings) {
+                                    std::vector<std::string>& warnings, std::ostream& err) {
   if (in.prefill_pool) {
     return run_pools(args, in, models, warnings);
   }
   std::vector<Scenario> scenarios;
   const ParallelOptions& deployment = in.deployment;
-  for (const Scenario& base : instances(args, in, models, warnings)) {
+  std::vector<Scenario> bases = instances(args, in, models, warnings);
+  Progress progress(err, bases.size() * in.rates.size());
+  for (const Scenario& base : bases) {
     if (!base.unfit.empty()) {
       scenarios.push_back(base);
       continue;
     }
     for (const auto& rate : in.rates) {
+      progress.step("simulating " + base.model + " on " + base.gpu +
+                    (rate ? fmt::format(" at {:g} requests/s", *rate) : std::string()));
       Scenario s = base;
       s.rate = rate;
       s.label = s.model +
@@ -940,12 +944,15 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   const Scenario* best = nullptr;
   double best_value = 0;
   bool all_fit = true;
+  Progress progress(err, bases.size());
   for (const Scenario& base : bases) {
     if (!base.unfit.empty()) {
       all_fit = false;
       r.warnings.push_back(base.unfit);
       continue;
     }
+    progress.step((search ? "searching " : "checking ") + base.model + " on " + base.gpu + " (tp " +
+                  std::to_string(base.config.step.parallel.tp) + ")");
     u64 gpus = base.config.step.parallel.tp * base.config.step.parallel.pp;
     auto run_at = [&](std::optional<double> rate) {
       std::unique_ptr<std::ifstream> file;
@@ -1072,7 +1079,7 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
     return run_slo(args, in, models, r, out, err);
   }
   TimelineFile timeline(args.timeline);
-  std::vector<Scenario> scenarios = run_scenarios(args, in, models, timeline, r.warnings);
+  std::vector<Scenario> scenarios = run_scenarios(args, in, models, timeline, r.warnings, err);
   std::vector<const Scenario*> ran;
   for (const Scenario& s : scenarios) {
     if (s.unfit.empty()) {

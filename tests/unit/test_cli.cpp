@@ -10,6 +10,8 @@
 #include <kvcalc/cli/app.hpp>
 #include <kvcalc/core/error.hpp>
 #include <kvcalc/core/version.hpp>
+
+#include "../../src/cli/command.hpp"
 #include <kvcalc/measure/measure.hpp>
 #include <kvcalc/model/loader.hpp>
 #include <kvcalc/model/registry.hpp>
@@ -593,4 +595,21 @@ TEST_CASE("every option of every command changes the result or is refused", "[cl
     WARN("no probe for " << u);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("progress: n/N on a terminal once the work has run a second, else nothing",
+          "[cli][progress]") {
+  double now = 0;
+  std::ostringstream seen;
+  kvcalc::cli::Progress on(seen, 3, true, [&] { return now; });
+  on.step("first"); // under a second: quiet
+  now = 1.5;
+  on.step("second");
+  on.step("third");
+  CHECK(seen.str() == "kvcalc: [2/3] second\nkvcalc: [3/3] third\n");
+  std::ostringstream piped;
+  kvcalc::cli::Progress off(piped, 2, false, [&] { return now; });
+  off.step("one");
+  off.step("two");
+  CHECK(piped.str().empty());
 }
