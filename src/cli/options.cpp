@@ -4,6 +4,7 @@
 
 #include <kvcalc/core/checked.hpp>
 #include <kvcalc/core/error.hpp>
+#include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
 namespace kvcalc::cli {
@@ -212,6 +213,22 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope
                   "Load the multi-token-prediction module (speculative decoding): its weights and "
                   "its layer's KV cache")
         ->group(k_group_deployment);
+  }
+}
+
+void check_plot_path(const std::string& path) {
+  if (path.empty()) {
+    return;
+  }
+  std::string lower = ascii_lower(path);
+  if (!lower.ends_with(".svg")) {
+    std::size_t dot = lower.rfind('.');
+    throw InputError("--plot writes SVG; '" + path + "'" +
+                     (dot != std::string::npos && lower.find('/', dot) == std::string::npos
+                          ? " names a " + lower.substr(dot + 1) + " file"
+                          : " has no .svg ending") +
+                     ": give a .svg name (a browser, or `chromium --headless --screenshot`, "
+                     "turns it into PNG)");
   }
 }
 

@@ -113,6 +113,10 @@ struct CeilingOptions {
 /// --save-profile.
 void add_ceiling_options(CLI::App* cmd, CeilingOptions& c, const std::string& profile_help);
 
+/// A --plot FILE: kvcalc draws SVG, so a name ending in another image type is refused rather
+/// than written as SVG under a misleading name.
+void check_plot_path(const std::string& path);
+
 /// A dtype option's text, parsed (aliases and did-you-mean included).
 [[nodiscard]] std::optional<DType> dtype_option(const std::string& text, const std::string& flag);
 

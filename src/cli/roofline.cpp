@@ -1,6 +1,7 @@
 // `roofline`: one step of prefill or decode, op by op, on a GPU's roofline.
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <ostream>
 #include <unistd.h>
@@ -96,7 +97,8 @@ std::string scenario_label(const RooflineRequest& q, const RooflineResult& r) {
   if (q.model.attention.kind == AttentionKind::mla) {
     label += " " + std::string(mla_mode_name(r.mla));
   }
-  return label + ", t " + group_digits(q.context);
+  return label + (q.parallel.tp > 1 ? ", tp " + std::to_string(q.parallel.tp) : "") + ", context " +
+         context_label(q.context);
 }
 
 /// The roofline of every op of every scenario and, for a batch sweep, throughput and time per
@@ -110,7 +112,29 @@ void write_plot(const std::string& path, const std::vector<Scenario>& scenarios)
     batches.push_back(s.request.batch);
   }
   RooflineChart chart;
-  chart.title = "Roofline: " + first.gpu.display_name + " (" + first.rates.source + ")";
+  std::vector<std::string> names;
+  for (const auto& [label, res] : results) {
+    if (std::find(names.begin(), names.end(), label) == names.end()) {
+      names.push_back(label);
+    }
+  }
+  if (names.size() == 1) {
+    chart.title = "Roofline: " + names.front() + ", batch " + group_digits(first.batch) + " on " +
+                  first.gpu.display_name;
+  } else {
+    chart.title =
+        "Roofline: " + std::to_string(names.size()) + " scenarios on " + first.gpu.display_name;
+    chart.series = names;
+  }
+  // The ceilings' source, a profile named by its file alone: no home folder in a shared SVG.
+  std::string source = first.rates.source;
+  if (std::size_t at = source.find("device profile "); at != std::string::npos) {
+    std::size_t start = at + 15;
+    std::size_t end = source.find(' ', start);
+    std::string file = source.substr(start, end - start);
+    source.replace(start, file.size(), std::filesystem::path(file).filename().string());
+  }
+  chart.subtitle = "ceilings: " + source;
   chart.bandwidth_bytes_per_s = first.rates.bandwidth_bytes_per_s;
   const PeakFlops& f = first.rates.flops_per_s;
   if (auto bf16 = f.bf16 ? f.bf16 : f.fp16) {
@@ -120,7 +144,6 @@ void write_plot(const std::string& path, const std::vector<Scenario>& scenarios)
     chart.ceilings.emplace_back("fp8", *f.fp8);
   }
   bool single = results.size() == 1;
-  std::vector<std::string> labelled; // in a sweep, one label per series: its last point
   for (auto it = results.rbegin(); it != results.rend(); ++it) {
     const auto& [label, res] = *it;
     for (const Op& o : res->ops) {
@@ -130,16 +153,11 @@ void write_plot(const std::string& path, const std::vector<Scenario>& scenarios)
       PointStyle style = o.variant == "absorbed" ? PointStyle::absorbed
                          : o.variant == "naive"  ? PointStyle::naive
                                                  : PointStyle::other;
-      // Label every op of one scenario; in a sweep the attention core of each series once.
-      bool core = o.name.starts_with("attention.core");
-      std::string text;
-      if (single) {
-        text = o.name;
-      } else if (core && std::find(labelled.begin(), labelled.end(), label) == labelled.end()) {
-        text = label;
-        labelled.push_back(label);
-      }
-      chart.points.push_back({o.intensity, o.flops / o.time_s, text, style});
+      // Label every op of one scenario; several are told apart by colour and the legend.
+      std::string text = single ? o.name : std::string();
+      auto series =
+          static_cast<std::size_t>(std::find(names.begin(), names.end(), label) - names.begin());
+      chart.points.push_back({o.intensity, o.flops / o.time_s, text, style, series});
     }
   }
   std::vector<LineChart> charts;
@@ -197,6 +215,7 @@ RooflineInputs read_inputs(const RooflineArgs& args, const std::vector<Model>& m
     throw InputError("--query is decode's tokens per step (extend: the chunk); a prefill step "
                      "takes the whole prompt, --prompt or --context");
   }
+  check_plot_path(args.plot);
   if (args.mla_crossover && !args.plot.empty()) {
     throw InputError("--plot draws the roofline of the steps; --mla-crossover has none to draw");
   }

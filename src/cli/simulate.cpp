@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <ostream>
 
@@ -163,19 +164,40 @@ void write_plot(const std::string& path, const std::vector<const Scenario*>& sce
     c->y_scale = AxisScale::linear;
     c->markers = false;
   }
+  // Throughput per bucket swings with every prefill; a moving average over 1/40 of the longest
+  // run (at least a bucket) shows its level.
+  double span = 0;
+  for (const Scenario* s : scenarios) {
+    if (!s->result.timeline.empty()) {
+      span = std::max(span, s->result.timeline.back().end_s);
+    }
+  }
+  double window = span / 40;
   for (const Scenario* s : scenarios) {
     LineSeries occ{s->label, {}, {}};
     LineSeries tps{s->label, {}, {}};
-    for (const TimePoint& p : s->result.timeline) {
+    const std::vector<TimePoint>& points = s->result.timeline;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const TimePoint& p = points[i];
       double mid = (p.start_s + p.end_s) / 2;
       occ.xs.push_back(mid);
       occ.ys.push_back(p.kv_occupancy * 100);
+      double tokens = 0;
+      double seconds = 0;
+      for (const TimePoint& q : points) {
+        double q_mid = (q.start_s + q.end_s) / 2;
+        if (std::fabs(q_mid - mid) <= window / 2 || &q == &p) {
+          tokens += q.output_tokens_per_s * (q.end_s - q.start_s);
+          seconds += q.end_s - q.start_s;
+        }
+      }
       tps.xs.push_back(mid);
-      tps.ys.push_back(p.output_tokens_per_s);
+      tps.ys.push_back(seconds > 0 ? tokens / seconds : p.output_tokens_per_s);
     }
     occupancy.series.push_back(std::move(occ));
     throughput.series.push_back(std::move(tps));
   }
+  throughput.title = fmt::format("Throughput over time (moving average over {:.3g} s)", window);
   write_text_file(path, render_svg({occupancy, throughput}));
 }
 
@@ -275,6 +297,7 @@ struct SimulateInputs {
 };
 
 SimulateInputs read_inputs(const SimulateArgs& args, std::ostream& err) {
+  check_plot_path(args.plot);
   if (looks_like_length(args.output.file)) {
     throw InputError("-o/--output '" + args.output.file +
                      "' is where the result goes; the output length in tokens is "

@@ -107,6 +107,11 @@ std::string tick_label(const Axis& axis, double tick, const std::string& unit) {
   if (!axis.log && unit == "s") {
     return fmt::format("{:g}", v);
   }
+  if (unit == "s" && v > 0) { // 100 µs, 1 ms, 10 s: never "0.000 s"
+    return v >= 1      ? fmt::format("{:g} s", v)
+           : v >= 1e-3 ? fmt::format("{:g} ms", v * 1e3)
+                       : fmt::format("{:g} µs", v * 1e6);
+  }
   return unit.empty() || v == 0 ? fmt::format("{:g}", v) : si_rate(v, unit);
 }
 
@@ -167,6 +172,41 @@ const char* style_color(PointStyle s) {
   }
 }
 
+double text_width(const std::string& text, double font_px);
+
+/// A legend entry at (x, y): one line, or two split at the last ", " that makes the first fit
+/// the legend's width; returns the height it took beyond one line.
+double legend_text(std::string& s, double x, double y, const std::string& text) {
+  constexpr double k_room = k_right - 40;
+  std::string first = text;
+  std::string rest;
+  while (text_width(first, 11) > k_room) {
+    std::size_t comma = first.rfind(", ");
+    if (comma == std::string::npos) {
+      break;
+    }
+    rest = text.substr(comma + 2);
+    first = text.substr(0, comma + 1);
+  }
+  s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n", x, y, escape(first));
+  if (rest.empty()) {
+    return 0;
+  }
+  s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n", x + 6, y + 13,
+                   escape(rest));
+  return 13;
+}
+
+/// The width of `text` at `font_px`: DejaVu Sans averages 0.6 em a character.
+double text_width(const std::string& text, double font_px) {
+  std::size_t chars = 0;
+  for (char ch : text) {
+    auto byte = static_cast<unsigned char>(ch);
+    chars += (byte & 0xC0) != 0x80 ? 1 : 0; // UTF-8: count characters, not bytes
+  }
+  return 0.6 * font_px * static_cast<double>(chars);
+}
+
 std::string roofline_panel(const RooflineChart& c, double top) {
   double peak = 0;
   for (const auto& [name, flops] : c.ceilings) {
@@ -188,7 +228,13 @@ std::string roofline_panel(const RooflineChart& c, double top) {
   LogAxis y = fit(ymin, peak * 1.5, bottom, top);
   std::string s = frame(x, y, top, c.title, "arithmetic intensity (FLOP/byte)",
                         "attainable and achieved FLOP/s", "", "FLOP/s");
-  // Ceilings: the bandwidth slope up to each compute roof.
+  if (!c.subtitle.empty()) {
+    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#555\">{}</text>\n", k_left,
+                     top - 5, escape(c.subtitle));
+  }
+  std::vector<LabelBox> obstacles;
+  // Ceilings: the bandwidth slope up to each compute roof; their text sits above the roof's
+  // right end, clear of the slope.
   double x0 = std::pow(10.0, x.lo);
   for (std::size_t i = 0; i < c.ceilings.size(); ++i) {
     const auto& [name, flops] = c.ceilings[i];
@@ -197,57 +243,102 @@ std::string roofline_panel(const RooflineChart& c, double top) {
                      "stroke=\"#000\" stroke-width=\"1.5\"{}/>\n",
                      x.map(ridge), y.map(flops), x.b, y.map(flops),
                      i == 0 ? "" : " stroke-dasharray=\"6 3\"");
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\">{} {} (ridge {:.0f} "
-                     "FLOP/B)</text>\n",
-                     x.map(ridge) - 60, y.map(flops) - 6, escape(name),
-                     escape(si_rate(flops, "FLOP/s")), ridge);
+    obstacles.push_back({x.map(ridge), y.map(flops) - 2, x.b - x.map(ridge), 4});
+    std::string text =
+        fmt::format("{} {} (ridge {:.0f} FLOP/B)", name, si_rate(flops, "FLOP/s"), ridge);
+    double w = text_width(text, 11);
+    double tx = x.b - w - 4;
+    double ty = y.map(flops) - 5;
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\">{}</text>\n", tx, ty,
+                     escape(text));
+    obstacles.push_back({tx, ty - 10, w, 13});
   }
   double top_ridge = peak / c.bandwidth_bytes_per_s;
   s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
                    "stroke=\"#000\" stroke-width=\"1.5\"/>\n",
                    x.map(x0), y.map(c.bandwidth_bytes_per_s * x0), x.map(top_ridge), y.map(peak));
-  s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" transform=\"rotate(-32 "
-                   "{:.1f} {:.1f})\">memory {}</text>\n",
-                   x.map(x0 * 3), y.map(c.bandwidth_bytes_per_s * x0 * 3) - 6, x.map(x0 * 3),
-                   y.map(c.bandwidth_bytes_per_s * x0 * 3) - 6,
-                   escape(si_rate(c.bandwidth_bytes_per_s, "B/s")));
-  // Labels that would overlap an earlier one move down a line at a time.
-  std::vector<std::pair<double, double>> placed; // x, baseline of labels written so far
+  // The memory slope's label, left of every point, rotated with it.
+  double mx = x.map(x0 * 1.5);
+  double my = y.map(c.bandwidth_bytes_per_s * x0 * 1.5) - 8;
+  std::string memory = "memory " + si_rate(c.bandwidth_bytes_per_s, "B/s");
+  s += fmt::format(
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" transform=\"rotate({:.1f} "
+      "{:.1f} {:.1f})\">{}</text>\n",
+      mx, my,
+      -std::atan2(y.map(c.bandwidth_bytes_per_s * x0) - y.map(peak), x.map(top_ridge) - x.map(x0)) *
+          180 / 3.14159265358979,
+      mx, my, escape(memory));
+  obstacles.push_back({mx, my - 40, text_width(memory, 11), 48});
+
+  // Points: colour by scenario where there are several, else by MLA mode; shape by mode.
+  bool by_series = c.series.size() > 1;
+  auto color_of = [&](const ChartPoint& p) {
+    return by_series ? k_palette[p.series % 8] : style_color(p.style);
+  };
+  std::vector<std::pair<double, double>> anchors;
+  std::vector<std::string> texts;
   for (const auto& p : c.points) {
     if (p.x <= 0 || p.y <= 0) {
       continue;
     }
     double px = x.map(p.x);
     double py = y.map(p.y);
-    s += marker(p.style, px, py, style_color(p.style));
-    if (p.label.empty()) {
-      continue;
+    s += marker(p.style, px, py, color_of(p));
+    obstacles.push_back({px - 5, py - 5, 10, 10});
+    if (!p.label.empty()) {
+      anchors.emplace_back(px, py);
+      texts.push_back(p.label);
     }
-    double ly = py + 3;
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (const auto& [qx, qy] : placed) {
-        if (std::fabs(qx - px) < 120 && std::fabs(qy - ly) < 11) {
-          ly = qy + 11;
-          moved = true;
-        }
-      }
-    }
-    placed.emplace_back(px, ly);
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" fill=\"#333\">{}</text>\n",
-                     px + 7, ly, escape(p.label));
   }
+  LabelBox area{x.a, top, x.b - x.a, bottom - top};
+  std::vector<PlacedLabel> placed = place_labels(anchors, texts, obstacles, area, 10);
+  for (std::size_t i = 0; i < placed.size(); ++i) {
+    const LabelBox& b = placed[i].box;
+    if (placed[i].leader) {
+      double cx = std::clamp(anchors[i].first, b.x, b.x + b.w);
+      double cy = std::clamp(anchors[i].second, b.y, b.y + b.h);
+      s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
+                       "stroke=\"#999\" stroke-width=\"0.7\"/>\n",
+                       anchors[i].first, anchors[i].second, cx, cy);
+    }
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" fill=\"#333\">{}</text>\n",
+                     b.x, b.y + b.h - 2, escape(texts[i]));
+  }
+
+  // The legend names only what is drawn.
   double lx = k_width - k_right + 20;
-  s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" font-weight=\"bold\">ops</text>\n", lx,
-                   top + 10);
-  int row = 0;
-  for (PointStyle st : {PointStyle::absorbed, PointStyle::naive, PointStyle::other}) {
-    double ly = top + 30 + 18 * row++;
-    s += marker(st, lx + 5, ly - 4, style_color(st));
-    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n", lx + 16, ly,
-                     st == PointStyle::absorbed ? "MLA absorbed"
-                     : st == PointStyle::naive  ? "MLA naive"
-                                                : "other ops");
+  double ly = top + 10;
+  auto present = [&](PointStyle st) {
+    return std::any_of(c.points.begin(), c.points.end(),
+                       [&](const ChartPoint& p) { return p.style == st; });
+  };
+  if (by_series) {
+    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" font-weight=\"bold\">"
+                     "scenarios</text>\n",
+                     lx, ly);
+    for (std::size_t k = 0; k < c.series.size(); ++k) {
+      ly += 18;
+      s += marker(PointStyle::other, lx + 5, ly - 4, k_palette[k % 8]);
+      ly += legend_text(s, lx + 16, ly, c.series[k]);
+    }
+    ly += 12;
+  }
+  bool mla = present(PointStyle::absorbed) || present(PointStyle::naive);
+  if (mla || !by_series) {
+    ly += 18;
+    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" font-weight=\"bold\">ops</text>\n",
+                     lx, ly);
+    for (PointStyle st : {PointStyle::absorbed, PointStyle::naive, PointStyle::other}) {
+      if (!present(st)) {
+        continue;
+      }
+      ly += 18;
+      s += marker(st, lx + 5, ly - 4, by_series ? "#ffffff" : style_color(st));
+      s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n", lx + 16, ly,
+                       st == PointStyle::absorbed ? "MLA absorbed"
+                       : st == PointStyle::naive  ? "MLA naive (square)"
+                                                  : (mla ? "other ops" : "ops"));
+    }
   }
   return s;
 }
@@ -276,6 +367,7 @@ std::string line_panel(const LineChart& c, double top) {
   std::string s = frame(x, y, top, c.title, c.x_label, c.y_label,
                         c.x_scale == AxisScale::linear ? "s" : "", unit);
   double lx = k_width - k_right + 20;
+  double legend_y = top + 14;
   for (std::size_t k = 0; k < c.series.size(); ++k) {
     const auto& sr = c.series[k];
     const char* color = k_palette[k % 8];
@@ -289,17 +381,58 @@ std::string line_panel(const LineChart& c, double top) {
     }
     s += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", path,
                      color);
-    double ly = top + 14 + 18 * static_cast<double>(k);
     s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" "
                      "stroke-width=\"2\"/>\n",
-                     lx, ly - 4, lx + 14, ly - 4, color);
-    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>\n", lx + 18, ly,
-                     escape(sr.name));
+                     lx, legend_y - 4, lx + 14, legend_y - 4, color);
+    legend_y += 18 + legend_text(s, lx + 18, legend_y, sr.name);
   }
   return s;
 }
 
 } // namespace
+
+std::vector<PlacedLabel> place_labels(const std::vector<std::pair<double, double>>& anchors,
+                                      const std::vector<std::string>& texts,
+                                      const std::vector<LabelBox>& obstacles, const LabelBox& frame,
+                                      double font_px) {
+  std::vector<PlacedLabel> out;
+  std::vector<LabelBox> taken = obstacles;
+  double h = font_px + 2;
+  for (std::size_t i = 0; i < anchors.size(); ++i) {
+    auto [px, py] = anchors[i];
+    double w = text_width(texts[i], font_px);
+    auto inside = [&](const LabelBox& b) {
+      return b.x >= frame.x && b.y >= frame.y && b.x + b.w <= frame.x + frame.w &&
+             b.y + b.h <= frame.y + frame.h;
+    };
+    auto free = [&](const LabelBox& b) {
+      return inside(b) && std::none_of(taken.begin(), taken.end(),
+                                       [&](const LabelBox& t) { return t.overlaps(b); });
+    };
+    // Beside the point first (right, left, above, below), then line by line further up and
+    // down, to the right and to the left.
+    std::vector<std::pair<LabelBox, bool>> candidates{{{px + 7, py - h / 2, w, h}, false},
+                                                      {{px - 7 - w, py - h / 2, w, h}, false},
+                                                      {{px - w / 2, py - 7 - h, w, h}, false},
+                                                      {{px - w / 2, py + 7, w, h}, false}};
+    for (int k = 1; k <= 12; ++k) {
+      double dy = (h + 1) * k;
+      for (double sign : {1.0, -1.0}) {
+        candidates.push_back({{px + 12, py - h / 2 + sign * dy, w, h}, true});
+        candidates.push_back({{px - 12 - w, py - h / 2 + sign * dy, w, h}, true});
+      }
+    }
+    auto chosen = std::find_if(candidates.begin(), candidates.end(),
+                               [&](const auto& c) { return free(c.first); });
+    PlacedLabel placed{candidates.front().first, false};
+    if (chosen != candidates.end()) {
+      placed = {chosen->first, chosen->second};
+    }
+    taken.push_back(placed.box);
+    out.push_back(placed);
+  }
+  return out;
+}
 
 std::string render_svg(const RooflineChart& roofline, const std::vector<LineChart>& charts) {
   double height = k_panel * static_cast<double>(1 + charts.size());

@@ -229,3 +229,41 @@ TEST_CASE("linear line charts: round ticks from 0, units on the ticks", "[report
   CHECK(svg.find("<circle") == std::string::npos);
   CHECK(svg.find("deepseek-v3") != std::string::npos);
 }
+
+TEST_CASE("roofline labels: no two boxes overlap, none covers an obstacle, all inside the frame",
+          "[report][svg][labels]") {
+  // Twelve ops bunched on the bandwidth slope as a decode step puts them, a ceiling line and
+  // its text across them.
+  std::vector<std::pair<double, double>> anchors;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 12; ++i) {
+    anchors.emplace_back(400 + 6 * i, 200 - 5 * i);
+    texts.push_back("attention.op_" + std::to_string(i));
+  }
+  std::vector<LabelBox> obstacles{{430, 150, 280, 4}, {560, 130, 150, 13}};
+  for (const auto& [x, y] : anchors) {
+    obstacles.push_back({x - 5, y - 5, 10, 10});
+  }
+  LabelBox frame{120, 50, 590, 410};
+  std::vector<PlacedLabel> placed = place_labels(anchors, texts, obstacles, frame, 10);
+  REQUIRE(placed.size() == anchors.size());
+  for (std::size_t i = 0; i < placed.size(); ++i) {
+    const LabelBox& b = placed[i].box;
+    INFO("label " << i);
+    CHECK(b.w == Approx(0.6 * 10 * static_cast<double>(texts[i].size())));
+    CHECK(b.x >= frame.x);
+    CHECK(b.x + b.w <= frame.x + frame.w);
+    CHECK(b.y >= frame.y);
+    CHECK(b.y + b.h <= frame.y + frame.h);
+    for (const LabelBox& o : obstacles) {
+      CHECK_FALSE(b.overlaps(o));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      CHECK_FALSE(b.overlaps(placed[j].box));
+    }
+  }
+  // A lone point's label sits right beside it, with no leader line.
+  std::vector<PlacedLabel> lone = place_labels({{300, 300}}, {"mlp"}, {}, frame, 10);
+  CHECK_FALSE(lone[0].leader);
+  CHECK(lone[0].box.x == Approx(307));
+}
