@@ -7,9 +7,11 @@
 #include <fmt/format.h>
 
 #include <kvcalc/core/error.hpp>
+#include <kvcalc/core/file.hpp>
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/kv/capacity.hpp>
 #include <kvcalc/report/record.hpp>
+#include <kvcalc/report/svg.hpp>
 #include <kvcalc/roofline/roofline.hpp>
 
 #include "deployment.hpp"
@@ -28,6 +30,7 @@ struct CapacityArgs {
   std::optional<u64> block_size; ///< the engine's when unset
   bool explain = false;
   CeilingOptions ceilings; ///< measured ceilings: adds the decode step at full load
+  std::string plot;        ///< SVG of sequences against context
   CacheRequest cache;
   ParallelOptions parallel = ParallelOptions::on({"h100-sxm"});
   EngineOptions engine = EngineOptions::of(Engine::vllm);
@@ -273,7 +276,51 @@ std::vector<std::string> derivations(const std::vector<Scenario>& scenarios) {
   return lines;
 }
 
+/// Sequences that fit against context, one line per scenario, from 1k tokens to the longest
+/// context asked (at least 128k), by doubling.
+void write_plot(const std::string& path, const std::vector<Scenario>& scenarios,
+                const std::vector<u64>& contexts) {
+  LineChart chart;
+  chart.title = "Sequences that fit against context";
+  chart.x_label = "context (tokens per sequence)";
+  chart.y_label = "sequences (whole deployment)";
+  chart.y_unit = "count";
+  chart.x_unit = "count";
+  u64 longest = 131072;
+  for (u64 c : contexts) {
+    longest = std::max(longest, c);
+  }
+  for (const Scenario& s : scenarios) {
+    CapacityRequest q = s.request;
+    q.contexts.clear();
+    q.max_context_at.reset();
+    q.explain = false;
+    q.engine.max_model_len.reset(); // the curve runs past a length the engine was started for
+    for (u64 c = 1024; c <= longest; c *= 2) {
+      q.contexts.push_back(c);
+    }
+    CapacityResult r = compute_capacity(q);
+    LineSeries line{
+        s.request.model.name + " on " + r.gpu + ", tp " + group_digits(r.parallel.tp), {}, {}};
+    for (const ContextCapacity& x : r.contexts) {
+      if (x.max_sequences > 0) {
+        line.xs.push_back(static_cast<double>(x.tokens));
+        line.ys.push_back(static_cast<double>(x.max_sequences));
+      }
+    }
+    if (!line.xs.empty()) {
+      chart.series.push_back(std::move(line));
+    }
+  }
+  if (chart.series.empty()) {
+    throw DoesNotFit("--plot: no scenario holds one sequence of 1k tokens; there is nothing to "
+                     "draw");
+  }
+  write_text_file(path, render_svg({chart}));
+}
+
 int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err) {
+  check_plot_path(args.plot);
   std::vector<u64> contexts = args.contexts;
   if (contexts.empty() && !args.max_context_at) {
     contexts = default_contexts(args.engine);
@@ -328,6 +375,10 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
   if (args.explain) {
     r.text_after = derivations(scenarios);
   }
+  if (!args.plot.empty()) {
+    write_plot(args.plot, scenarios, contexts);
+    err << "kvcalc: wrote " << args.plot << '\n';
+  }
   emit(r, args.output, out, err);
   bool all_fit = std::all_of(scenarios.begin(), scenarios.end(),
                              [](const Scenario& s) { return holds_every_context(s.result); });
@@ -362,6 +413,11 @@ Command setup_capacity(CLI::App& app) {
                       "and tokens/s with every sequence that fits running "
                       "(docs/device-profile.md)");
   cmd->add_flag("--explain", args->explain, "Print the budget, step by step")
+      ->group(k_group_output);
+  cmd->add_option("--plot", args->plot,
+                  "Write an SVG of the sequences that fit against context, one line per model, "
+                  "GPU and tp")
+      ->type_name("FILE.svg")
       ->group(k_group_output);
   add_output_options(cmd, args->output, ScaledBytes::yes);
   return {cmd,

@@ -90,6 +90,7 @@ struct Scenario {
 struct Crossover {
   std::string deployment; ///< "model on gpu, tp N"
   MlaCrossover result;
+  RooflineRequest request; ///< at its prefix
 };
 
 std::string scenario_label(const RooflineRequest& q, const RooflineResult& r) {
@@ -216,9 +217,7 @@ RooflineInputs read_inputs(const RooflineArgs& args, const std::vector<Model>& m
                      "takes the whole prompt, --prompt or --context");
   }
   check_plot_path(args.plot);
-  if (args.mla_crossover && !args.plot.empty()) {
-    throw InputError("--plot draws the roofline of the steps; --mla-crossover has none to draw");
-  }
+
   if (args.mla_given) {
     for (const Model& m : models) {
       if (m.attention.kind != AttentionKind::mla) {
@@ -311,10 +310,36 @@ std::vector<Crossover> run_crossovers(const RooflineArgs& args, const RooflineIn
       req.context = c;
       out.push_back(
           {req.model.name + " on " + req.gpu.name + ", tp " + group_digits(req.parallel.tp),
-           mla_crossover(req)});
+           mla_crossover(req), req});
     }
   }
   return out;
+}
+
+/// The crossover as people see it: attention time per step of absorbed and naive against the
+/// chunk s, one pair of lines per prefix, and where they cross.
+void write_crossover_plot(const std::string& path, const std::vector<Crossover>& crossovers) {
+  LineChart chart;
+  chart.title = "MLA attention time per step against chunk size";
+  chart.x_label = "new tokens per sequence in the step (s)";
+  chart.y_label = "attention time per step (s)";
+  chart.y_unit = "s";
+  chart.x_unit = "count";
+  for (const Crossover& c : crossovers) {
+    std::string prefix = c.deployment + ", prefix " + context_label(c.result.prefix);
+    LineSeries absorbed{"absorbed: " + prefix, {}, {}};
+    LineSeries naive{"naive: " + prefix, {}, {}};
+    u64 limit = std::max<u64>(4 * c.result.prefix, 16);
+    for (u64 s = 1; s <= limit; s *= 2) {
+      absorbed.xs.push_back(static_cast<double>(s));
+      absorbed.ys.push_back(mla_attention_time(c.request, MlaMode::absorbed, s));
+      naive.xs.push_back(static_cast<double>(s));
+      naive.ys.push_back(mla_attention_time(c.request, MlaMode::naive, s));
+    }
+    chart.series.push_back(std::move(absorbed));
+    chart.series.push_back(std::move(naive));
+  }
+  write_text_file(path, render_svg({chart}));
 }
 
 Record describe_op(const Op& o, double step_s) {
@@ -566,7 +591,12 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
   RooflineInputs in = read_inputs(args, models, r.warnings, err);
   bool all_fit = true;
   if (args.mla_crossover) {
-    render_crossovers(r, run_crossovers(args, in, models));
+    std::vector<Crossover> crossovers = run_crossovers(args, in, models);
+    if (!args.plot.empty()) {
+      write_crossover_plot(args.plot, crossovers);
+      err << "kvcalc: wrote " << args.plot << '\n';
+    }
+    render_crossovers(r, crossovers);
   } else {
     std::vector<Scenario> scenarios = run_scenarios(args, in, models, r.warnings);
     all_fit = std::all_of(scenarios.begin(), scenarios.end(),

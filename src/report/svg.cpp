@@ -104,6 +104,11 @@ std::string tick_label(const Axis& axis, double tick, const std::string& unit) {
   if (unit == "%") {
     return fmt::format("{:g}%", v);
   }
+  if (unit == "count") { // 1, 10, 100, 1k, 10k, 1M
+    return v >= 1e6   ? fmt::format("{:g}M", v / 1e6)
+           : v >= 1e3 ? fmt::format("{:g}k", v / 1e3)
+                      : fmt::format("{:g}", v);
+  }
   if (!axis.log && unit == "s") {
     return fmt::format("{:g}", v);
   }
@@ -364,8 +369,8 @@ std::string line_panel(const LineChart& c, double top) {
   std::string unit = !c.y_unit.empty()                                 ? c.y_unit
                      : c.y_label.find("tokens/s") != std::string::npos ? "tok/s"
                                                                        : "s";
-  std::string s = frame(x, y, top, c.title, c.x_label, c.y_label,
-                        c.x_scale == AxisScale::linear ? "s" : "", unit);
+  std::string x_unit = !c.x_unit.empty() ? c.x_unit : c.x_scale == AxisScale::linear ? "s" : "";
+  std::string s = frame(x, y, top, c.title, c.x_label, c.y_label, x_unit, unit);
   double lx = k_width - k_right + 20;
   double legend_y = top + 14;
   for (std::size_t k = 0; k < c.series.size(); ++k) {

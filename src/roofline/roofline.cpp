@@ -864,6 +864,20 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   return out;
 }
 
+double mla_attention_time(const RooflineRequest& req, MlaMode mode, u64 query) {
+  RooflineRequest r = req;
+  r.phase = Phase::extend;
+  r.query = query;
+  r.mla = mode;
+  double total = 0;
+  for (const Op& o : compute_roofline(r).ops) {
+    if (!o.variant.empty()) {
+      total += o.time_s;
+    }
+  }
+  return total;
+}
+
 MlaCrossover mla_crossover(const RooflineRequest& req) {
   const Model& m = req.model;
   if (m.attention.kind != AttentionKind::mla) {
@@ -881,19 +895,7 @@ MlaCrossover mla_crossover(const RooflineRequest& req) {
     double p = d(req.context);
     c.flop_query = -p + std::sqrt(p * p + 2 * *c.flop_ratio * p);
   }
-  auto attention_time = [&](MlaMode mode, u64 s) {
-    RooflineRequest r = req;
-    r.phase = Phase::extend;
-    r.query = s;
-    r.mla = mode;
-    double total = 0;
-    for (const Op& o : compute_roofline(r).ops) {
-      if (!o.variant.empty()) {
-        total += o.time_s;
-      }
-    }
-    return total;
-  };
+  auto attention_time = [&](MlaMode mode, u64 s) { return mla_attention_time(req, mode, s); };
   auto naive_wins = [&](u64 s) {
     return attention_time(MlaMode::naive, s) < attention_time(MlaMode::absorbed, s);
   };

@@ -24,6 +24,8 @@ plot roofline_mla_modes roofline deepseek-v3 --gpu h200 --tp 8 --batch 128 --mla
 plot roofline_gqa roofline llama-3.1-70b --gpu h200 --tp 4 --batch 64 --context 8k
 plot roofline_sweep roofline llama-3.1-8b deepseek-v3 --gpu h200 --tp 8 --batch 1,16,128 --context 4k,32k
 plot roofline_profile roofline llama-3.1-8b --gpu h200 --device-profile "$profile" --batch 1,8,64
+plot roofline_crossover roofline deepseek-v3 --gpu h200 --tp 8 --mla-crossover --context 4k,32k,128k
+plot capacity_contexts capacity llama-3.1-70b deepseek-v3 qwen3-235b-a22b --gpu h200 --gpus 8 --tp 8 --context 4k,32k,128k
 plot simulate_one simulate deepseek-v3 --gpu h200 --gpus 8 --tp 8 --workload "$root/docs/examples/chat.yaml" --duration 60
 plot simulate_rates simulate deepseek-v3 --gpu h200 --gpus 8 --tp 8 --rate 5,10,20 --prompt-tokens lognormal:2000,0.8 --output-tokens 500 --duration 60
 plot simulate_models simulate llama-3.1-70b deepseek-v3 --gpu h200 --gpus 8 --tp 8 --rate 10 --duration 60

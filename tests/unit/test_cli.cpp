@@ -613,3 +613,23 @@ TEST_CASE("progress: n/N on a terminal once the work has run a second, else noth
   off.step("two");
   CHECK(piped.str().empty());
 }
+
+TEST_CASE("capacity and the MLA crossover draw their plots", "[cli][plot]") {
+  auto dir = temp_dir();
+  std::string capacity = (dir / "capacity.svg").string();
+  Run a = invoke({"capacity", "llama-3.1-70b", "deepseek-v3", "--gpu", "h200", "--gpus", "8",
+                  "--tp", "8", "--context", "32k", "--plot", capacity});
+  REQUIRE(a.code == 0);
+  std::string svg = slurp(capacity);
+  CHECK(svg.find("Sequences that fit against context") != std::string::npos);
+  CHECK(svg.find("deepseek-v3 on h200, tp 8") != std::string::npos);
+  CHECK(svg.find(">100k<") != std::string::npos); // context ticks read as tokens, not 1e+05
+  std::string crossover = (dir / "crossover.svg").string();
+  Run b = invoke({"roofline", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--mla-crossover",
+                  "--context", "4k", "--plot", crossover});
+  REQUIRE(b.code == 0);
+  svg = slurp(crossover);
+  CHECK(svg.find("absorbed: deepseek-v3 on h200,") != std::string::npos);
+  CHECK(svg.find("naive: deepseek-v3 on h200,") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}

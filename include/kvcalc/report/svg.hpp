@@ -47,7 +47,8 @@ struct LineChart {
   std::vector<LineSeries> series;
   AxisScale x_scale = AxisScale::log;
   AxisScale y_scale = AxisScale::log;
-  std::string y_unit;  ///< tick unit: "%", "tok/s", "s"; empty: guessed from the y label
+  std::string y_unit;  ///< tick unit: "%", "tok/s", "s", "count" (1k, 1M); empty: from the label
+  std::string x_unit;  ///< "count" or "s"; empty: seconds on a linear axis, plain on a log one
   bool markers = true; ///< a dot at every point (off for dense timelines)
 };
 

@@ -305,6 +305,10 @@ struct MlaCrossover {
 /// For the request's model, GPU, batch and prefix (`context`); the model must be MLA.
 [[nodiscard]] MlaCrossover mla_crossover(const RooflineRequest& request);
 
+/// The time of the ops that differ between MLA modes (the attention of absorbed or naive) in a
+/// step of `query` new tokens per sequence over the request's prefix.
+[[nodiscard]] double mla_attention_time(const RooflineRequest& request, MlaMode mode, u64 query);
+
 /// E · (1 − (1 − k/E)^n): experts a batch of n tokens touches under uniform routing.
 [[nodiscard]] double expected_experts(u64 experts, u64 per_token, double tokens);
 
