@@ -142,8 +142,9 @@ struct Scenario {
   std::string model;
   std::string gpu;
   Engine engine = Engine::plain;
-  std::optional<double> rate; ///< synthetic workloads
-  std::string unfit;          ///< why the model does not fit (then nothing was simulated)
+  std::optional<double> rate;    ///< synthetic workloads
+  std::string unfit;             ///< why the model does not fit (then nothing was simulated)
+  u64 kv_pool_bytes_per_gpu = 0; ///< what a fraction of its pool stands for
   SimResult result;
   std::string label; ///< for plots and timelines
 };
@@ -164,6 +165,14 @@ void write_plot(const std::string& path, const std::vector<const Scenario*>& sce
     c->y_scale = AxisScale::linear;
     c->markers = false;
   }
+  // Pools of different sizes (models, GPUs, engines) compare in bytes, not in % of each.
+  bool same_pool = std::all_of(scenarios.begin(), scenarios.end(), [&](const Scenario* s) {
+    return s->kv_pool_bytes_per_gpu == scenarios.front()->kv_pool_bytes_per_gpu;
+  });
+  if (!same_pool) {
+    occupancy.y_label = "KV cache in use per GPU (GiB)";
+    occupancy.y_unit = "GiB";
+  }
   // Throughput per bucket swings with every prefill; a moving average over 1/40 of the longest
   // run (at least a bucket) shows its level.
   double span = 0;
@@ -181,7 +190,9 @@ void write_plot(const std::string& path, const std::vector<const Scenario*>& sce
       const TimePoint& p = points[i];
       double mid = (p.start_s + p.end_s) / 2;
       occ.xs.push_back(mid);
-      occ.ys.push_back(p.kv_occupancy * 100);
+      occ.ys.push_back(same_pool ? p.kv_occupancy * 100
+                                 : p.kv_occupancy * static_cast<double>(s->kv_pool_bytes_per_gpu) /
+                                       static_cast<double>(u64{1} << 30));
       double tokens = 0;
       double seconds = 0;
       for (const TimePoint& q : points) {
@@ -594,6 +605,7 @@ std::vector<Scenario> instances(const SimulateArgs& args, const SimulateInputs& 
     base.model = request.model.name;
     base.gpu = capacity.gpu;
     base.engine = capacity.engine;
+    base.kv_pool_bytes_per_gpu = capacity.kv_pool_bytes_per_gpu;
     if (auto* why = std::get_if<std::string>(&instance)) {
       base.unfit = *why;
       continue;

@@ -104,6 +104,9 @@ std::string tick_label(const Axis& axis, double tick, const std::string& unit) {
   if (unit == "%") {
     return fmt::format("{:g}%", v);
   }
+  if (unit == "GiB") {
+    return fmt::format("{:g} GiB", v);
+  }
   if (unit == "count") { // 1, 10, 100, 1k, 10k, 1M
     return v >= 1e6   ? fmt::format("{:g}M", v / 1e6)
            : v >= 1e3 ? fmt::format("{:g}k", v / 1e3)
