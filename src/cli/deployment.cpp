@@ -110,6 +110,9 @@ std::string fit_hint(const CapacityRequest& request) {
 
 std::vector<u64> default_contexts(const EngineOptions& engine) {
   std::vector<u64> out;
+  if (engine.settings.max_model_len_auto) {
+    return out; // the length the pool fits, found by compute_capacity
+  }
   std::optional<u64> limit = engine.settings.max_model_len;
   for (u64 tokens : {u64{4096}, u64{32768}, u64{131072}}) {
     if (!limit || tokens < *limit) {

@@ -314,11 +314,19 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e) {
             "The KV pool per GPU as the engine reported it, e.g. 3.81GiB (vLLM 'Available KV "
             "cache memory')")
       ->group(k_group_engine);
-  add_count(cmd, "--max-model-len", e.settings.max_model_len,
-            "The longest request the engine is started for (vLLM --max-model-len, SGLang "
-            "--context-length, TensorRT-LLM max_seq_len): vLLM refuses to start when one such "
-            "request does not fit, and says the longest that would [default: the model's "
-            "max_context]")
+  add_parsed(
+      cmd, "--max-model-len", e.settings.max_model_len,
+      [&e](const std::string& text, const std::string& name) -> std::optional<u64> {
+        if (iequals(text, "auto") || text == "-1") {
+          e.settings.max_model_len_auto = true;
+          return std::nullopt;
+        }
+        return parse_count(text, name);
+      },
+      "The longest request the engine is started for (vLLM --max-model-len, SGLang "
+      "--context-length, TensorRT-LLM max_seq_len): vLLM refuses to start when one such "
+      "request does not fit, and says the longest that would; auto (or -1): that longest, as "
+      "vLLM's auto-fit [default: the model's max_context]")
       ->type_name("TOKENS")
       ->group(k_group_engine);
   add_parsed(

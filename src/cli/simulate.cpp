@@ -968,7 +968,8 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   if (!args.timeline.empty() || !args.plot.empty()) {
     throw InputError("--slo runs many simulations; --timeline and --plot draw one: drop them");
   }
-  bool search = !in.trace && args.rates.empty();
+  // A burst arrives at once whatever the rate: it is checked, not searched.
+  bool search = !in.trace && args.rates.empty() && in.workload.arrival != ArrivalProcess::burst;
   std::vector<Scenario> bases = instances(args, in, models, r.warnings);
   std::vector<Record> rows;
   std::vector<Record> evidence;

@@ -345,6 +345,12 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
   }
   r.max_model_len = es.max_model_len.value_or(m.max_context);
   r.max_model_len_given = es.max_model_len.has_value();
+  if (es.max_model_len && m.max_context && *es.max_model_len > m.max_context) {
+    r.notes.push_back("--max-model-len " + group_digits(*es.max_model_len) +
+                      " is above the model's max_context of " + group_digits(m.max_context) +
+                      ": vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and the model "
+                      "was not trained that long");
+  }
   // The longest request one pool holds, up to `cap`: what one sequence needs only grows.
   auto longest_up_to = [&](u64 cap) -> u64 {
     auto holds_one = [&](u64 tokens) { return engine_pool->at(tokens).max_sequences >= 1; };
@@ -362,6 +368,21 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
     }
     return lo;
   };
+  if (es.max_model_len_auto) {
+    // vLLM's auto-fit: the model's length, shortened to what one request can hold.
+    u64 fitted = r.fits ? longest_up_to(m.max_context ? m.max_context : k_search_limit) : 0;
+    if (r.fits && fitted == 0) {
+      r.fits = false;
+      r.reason = "--max-model-len auto: not one token of a request fits the KV pool (vLLM: "
+                 "\"Cannot auto-fit max_model_len\")";
+    }
+    r.max_model_len = fitted;
+    r.max_model_len_given = fitted > 0;
+    if (fitted > 0 && m.max_context && fitted < m.max_context) {
+      r.notes.push_back("--max-model-len auto: reduced from " + group_digits(m.max_context) +
+                        " to " + group_digits(fitted) + " to fit the KV pool");
+    }
+  }
   if (r.fits && r.max_model_len > 0) {
     u64 longest = longest_up_to(r.max_model_len);
     r.longest_request = longest;
@@ -379,8 +400,12 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
     }
     return c;
   };
-  for (u64 tokens : req.contexts) {
-    if (r.max_model_len_given && tokens > r.max_model_len) {
+  std::vector<u64> contexts = req.contexts;
+  if (es.max_model_len_auto && contexts.empty() && !req.max_context_at && r.max_model_len > 0) {
+    contexts.push_back(r.max_model_len); // the length it fitted
+  }
+  for (u64 tokens : contexts) {
+    if (r.max_model_len_given && !es.max_model_len_auto && tokens > r.max_model_len) {
       throw InputError("context " + group_digits(tokens) + " exceeds --max-model-len " +
                        group_digits(r.max_model_len) +
                        " (a plan's max_model_len): the engine rejects longer requests; ask for "

@@ -109,8 +109,10 @@ std::string shortfall(const ContextCapacity& need, u64 longest, const CapacityRe
          group_digits(need.blocks_per_sequence) + " blocks (" + gib(need.bytes_per_sequence) +
          " of KV cache), more than the " + group_digits(usable) + " of the " +
          group_digits(r.num_blocks) + "-block pool (" + gib(r.kv_pool_bytes_per_gpu) +
-         ") left after the null block; the estimated maximum model length is " +
-         group_digits(longest) + " (--max-model-len " + std::to_string(longest) + ")";
+         ") left after the null block; " +
+         (longest > 0 ? "the estimated maximum model length is " + group_digits(longest) +
+                            " (--max-model-len " + std::to_string(longest) + ")"
+                      : std::string("not one token of a request fits"));
 }
 
 bool big_gpu(const Gpu& gpu) {
@@ -325,7 +327,13 @@ public:
       u64 pool = checked_mul(blocks, bytes_per_block, "--num-gpu-blocks-override × block bytes");
       why.add("vLLM: num_gpu_blocks_override ", num(blocks), " replaces ", num(num_blocks),
               " blocks: ", bytes(pool), " per GPU");
-      if (pool > in.pool_bytes) {
+      if (pool > in.gpu.memory_bytes - std::min(in.gpu.memory_bytes, r.weights_bytes_per_gpu)) {
+        // More than the GPU holds beside the weights: the allocation fails.
+        r.fits = false;
+        r.reason = "--num-gpu-blocks-override " + group_digits(blocks) + " blocks take " +
+                   group_digits(pool) + " B per GPU, more than the " + in.gpu.name +
+                   " holds beside the weights: vLLM runs out of memory allocating them";
+      } else if (pool > in.pool_bytes) {
         r.notes.push_back("--num-gpu-blocks-override " + group_digits(blocks) + " blocks take " +
                           group_digits(pool) + " B per GPU, more than the " +
                           group_digits(in.pool_bytes) +

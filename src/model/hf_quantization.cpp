@@ -179,6 +179,21 @@ u64 number(const YAML::Node& map, const char* key, u64 fallback) {
   }
 }
 
+/// A whole number of at least 1 (a group or block size), or an InputError naming `what`.
+u64 positive(const YAML::Node& n, const std::string& what) {
+  long long v = 0;
+  try {
+    v = n.as<long long>();
+  } catch (const YAML::Exception&) {
+    throw InputError("quantization_config: " + what + " must be a whole number");
+  }
+  if (v < 1) {
+    throw InputError("quantization_config: " + what + " must be at least 1, got " +
+                     std::to_string(v));
+  }
+  return static_cast<u64>(v);
+}
+
 std::string text(const YAML::Node& map, const char* key) {
   YAML::Node n = map[key];
   return n && n.IsScalar() ? n.Scalar() : std::string();
@@ -223,9 +238,13 @@ Decide awq_or_gptq(const YAML::Node& q, bool gptq) {
   if (!element) {
     throw Unmodelled{std::to_string(bits) + "-bit weights"};
   }
-  long long group = q["group_size"] && !q["group_size"].IsNull()
-                        ? q["group_size"].as<long long>()
-                        : static_cast<long long>(number(q, "q_group_size", 128));
+  // group_size -1: one group per row.
+  YAML::Node g = q["group_size"] && !q["group_size"].IsNull() ? q["group_size"] : q["q_group_size"];
+  long long group = 128;
+  if (g && !g.IsNull()) {
+    bool per_row = g.IsScalar() && g.Scalar() == "-1";
+    group = per_row ? -1 : static_cast<long long>(positive(g, "group_size"));
+  }
   WeightFormat f;
   f.element = *element;
   f.layout = group > 0 ? ScaleLayout::group : ScaleLayout::row; // -1: one group per row
@@ -300,8 +319,8 @@ Decide compressed_tensors(const YAML::Node& q, DType model_dtype) {
         throw Unmodelled{"a block strategy without a [rows, cols] block_structure"};
       }
       f.layout = ScaleLayout::block;
-      f.block_rows = b[0].as<u64>();
-      f.block_cols = b[1].as<u64>();
+      f.block_rows = positive(b[0], "block_structure");
+      f.block_cols = positive(b[1], "block_structure");
     } else {
       throw Unmodelled{"weight strategy '" + strategy + "'"};
     }
@@ -388,8 +407,8 @@ Decide fp8_blocks(const YAML::Node& q) {
   YAML::Node block = q["weight_block_size"];
   if (block && block.IsSequence() && block.size() == 2) {
     f.layout = ScaleLayout::block;
-    f.block_rows = block[0].as<u64>();
-    f.block_cols = block[1].as<u64>();
+    f.block_rows = positive(block[0], "weight_block_size");
+    f.block_cols = positive(block[1], "weight_block_size");
   } else {
     f.layout = ScaleLayout::tensor;
     if (text(q, "activation_scheme") == "static") {
@@ -541,6 +560,9 @@ void read_quantization(const YAML::Node& config, Model& m, Diagnostics& diag) {
   };
   Decide decide;
   try {
+    if (!config.IsMap()) {
+      throw InputError("quantization_config must be a map (quant_method, ...)");
+    }
     if (method == "awq" || method == "gptq") {
       decide = awq_or_gptq(config, method == "gptq");
     } else if (method == "compressed-tensors") {
@@ -560,6 +582,8 @@ void read_quantization(const YAML::Node& config, Model& m, Diagnostics& diag) {
   } catch (const Unmodelled& u) {
     unmodelled(u.why);
     return;
+  } catch (const YAML::Exception& e) {
+    throw InputError("quantization_config (" + method + ") is malformed: " + e.msg);
   }
 
   ParamCount params = count_params(m);
@@ -570,10 +594,15 @@ void read_quantization(const YAML::Node& config, Model& m, Diagnostics& diag) {
       continue;
     }
     auto [first, last] = layer_span(t, m);
-    std::optional<WeightFormat> f = decide(t, module_paths(t, first));
-    // A list that names some layers of a kind and not others: the first layer's choice is
-    // taken for all, and said.
-    varies = varies || (last != first && f != decide(t, module_paths(t, last)));
+    std::optional<WeightFormat> f;
+    try {
+      f = decide(t, module_paths(t, first));
+      // A list that names some layers of a kind and not others: the first layer's choice is
+      // taken for all, and said.
+      varies = varies || (last != first && f != decide(t, module_paths(t, last)));
+    } catch (const YAML::Exception& e) {
+      throw InputError("quantization_config (" + method + ") is malformed: " + e.msg);
+    }
     if (!f) {
       continue;
     }

@@ -5,6 +5,7 @@
 #include <kvcalc/model/hub.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <memory>
 
@@ -66,8 +67,15 @@ struct ListDeleter {
 bool looks_like_repo_id(std::string_view spec) {
   std::size_t slash = spec.find('/');
   if (slash == std::string_view::npos || slash == 0 || slash + 1 == spec.size() ||
-      spec.find('/', slash + 1) != std::string_view::npos) {
+      spec.find('/', slash + 1) != std::string_view::npos || spec.size() > 96 + 1 + 96) {
     return false;
+  }
+  // The Hub's rules for each part: no "..", no "--", neither starting nor ending in '.' or '-'.
+  for (std::string_view part : {spec.substr(0, slash), spec.substr(slash + 1)}) {
+    if (part.find("..") != std::string_view::npos || part.find("--") != std::string_view::npos ||
+        part.front() == '.' || part.front() == '-' || part.back() == '.' || part.back() == '-') {
+      return false;
+    }
   }
   for (std::string_view ext : {".json", ".yaml", ".yml"}) {
     if (spec.ends_with(ext)) {
@@ -101,13 +109,15 @@ std::optional<std::filesystem::path> cached_snapshot(std::string_view repo) {
     return std::nullopt;
   }
   std::string commit = read_text_file(ref.string());
-  while (!commit.empty() &&
-         (commit.back() == '\n' || commit.back() == '\r' || commit.back() == ' ')) {
+  while (!commit.empty() && std::isspace(static_cast<unsigned char>(commit.back())) != 0) {
     commit.pop_back();
   }
+  // A commit hash names the snapshot: hex digits only, never a path.
+  bool hex = !commit.empty() && commit.size() <= 64 &&
+             std::all_of(commit.begin(), commit.end(),
+                         [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
   std::filesystem::path snapshot = dir / "snapshots" / commit;
-  if (commit.empty() || commit.find('/') != std::string::npos ||
-      !std::filesystem::is_directory(snapshot, ec)) {
+  if (!hex || !std::filesystem::is_directory(snapshot, ec)) {
     return std::nullopt;
   }
   return snapshot;
@@ -123,7 +133,9 @@ std::optional<HubFile> fetch_hub_file(std::string_view repo, std::string_view fi
     throw InputError("model '" + r + "' is not in the HF cache (" + hub_cache_dir().string() +
                      ") and HF_HUB_OFFLINE is set: download its config.json first "
                      "(huggingface-cli download " +
-                     r + " config.json), or unset HF_HUB_OFFLINE");
+                     r +
+                     " config.json hf_quant_config.json: the second only ModelOpt "
+                     "checkpoints have), or unset HF_HUB_OFFLINE");
   }
   std::string endpoint = env("HF_ENDPOINT").value_or("https://huggingface.co");
   while (!endpoint.empty() && endpoint.back() == '/') {
@@ -148,7 +160,7 @@ std::optional<HubFile> fetch_hub_file(std::string_view repo, std::string_view fi
   throw Error("model '" + r + "' is not in the HF cache (" + hub_cache_dir().string() +
               "), and this kvcalc was built without libcurl, so it cannot fetch " + url +
               ": download its config.json (huggingface-cli download " + r +
-              " config.json) and give the file");
+              " config.json hf_quant_config.json) and give the folder");
 #else
   static const bool initialised = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
   std::unique_ptr<CURL, CurlDeleter> curl(initialised ? curl_easy_init() : nullptr);

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
 #include "../core/yaml_support.hpp"
@@ -105,7 +106,11 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   optional_count("block_size", q.engine.block_size);
   optional_count("max_batched_tokens", q.engine.max_batched_tokens);
   optional_count("max_seqs", q.engine.max_seqs);
-  optional_count("max_model_len", q.engine.max_model_len);
+  if (r.has("max_model_len") && iequals(*r.text("max_model_len"), "auto")) {
+    q.engine.max_model_len_auto = true;
+  } else {
+    optional_count("max_model_len", q.engine.max_model_len);
+  }
   optional_count("num_gpu_blocks_override", q.engine.num_gpu_blocks);
   if (r.has("num_gpu_blocks_override") && q.engine.engine != Engine::vllm) {
     r.fail("num_gpu_blocks_override", "num_gpu_blocks_override belongs to engine vllm; set "

@@ -540,6 +540,16 @@ TEST_CASE("vLLM's start-up check holds the null block back, and SGLang and Tenso
     q.engine.max_model_len = 49 * 16 + 1;
     CHECK_FALSE(compute_capacity(q).fits);
   }
+  SECTION("--max-model-len auto fits the length to the blocks left after the null block") {
+    q.engine.max_model_len_auto = true;
+    q.contexts.clear();
+    CapacityResult r = compute_capacity(q);
+    CHECK(r.fits);
+    CHECK(r.max_model_len == 1584);
+    REQUIRE(r.contexts.size() == 1); // the length it fitted is the row
+    CHECK(r.contexts[0].tokens == 1584);
+    CHECK(r.contexts[0].max_sequences == 1);
+  }
   SECTION("--max-context-at stops at --max-model-len and says so") {
     q.engine.max_model_len = 1000;
     q.contexts.clear();

@@ -185,6 +185,11 @@ TEST_CASE("a repo id in the HF cache is read from its snapshot, without the netw
   // The snapshot folder itself is a MODEL too.
   Model same = load_model((repo / "snapshots" / "0e9e39f2").string(), d);
   CHECK(same.name == "llama-3.1-8b");
+  // refs/main names a commit, never a path.
+  std::ofstream(repo / "refs" / "main") << "..\n";
+  CHECK_FALSE(cached_snapshot("meta-llama/Llama-3.1-8B"));
+  std::ofstream(repo / "refs" / "main") << "0e9e39f2\t\n";
+  CHECK(cached_snapshot("meta-llama/Llama-3.1-8B"));
   // HF_HUB_CACHE wins over HF_HOME.
   ::setenv("HF_HUB_CACHE", (home / "elsewhere").c_str(), 1);
   CHECK_FALSE(cached_snapshot("meta-llama/Llama-3.1-8B"));
@@ -226,5 +231,8 @@ TEST_CASE("a folder is a model when it holds a config.json", "[hub]") {
   CHECK_FALSE(looks_like_repo_id("models/qwen3-32b.yaml"));
   CHECK_FALSE(looks_like_repo_id("a/b/c"));
   CHECK_FALSE(looks_like_repo_id("llama-3.1-8b"));
+  CHECK_FALSE(looks_like_repo_id("zz/.."));
+  CHECK_FALSE(looks_like_repo_id("owner/-name"));
+  CHECK_FALSE(looks_like_repo_id("a--b/name"));
   std::filesystem::remove_all(dir);
 }

@@ -57,6 +57,9 @@ struct EngineSettings {
   /// The longest request the engine is started for (vLLM --max-model-len, SGLang
   /// --context-length, TensorRT-LLM max_seq_len); the model's max_context when unset.
   std::optional<u64> max_model_len;
+  /// vLLM's `--max-model-len auto`: the longest request the pool holds, up to the model's
+  /// max_context, the null block held back.
+  bool max_model_len_auto = false;
   std::optional<u64> num_gpu_blocks; ///< vLLM --num-gpu-blocks-override: the pool's block count
 };
 
