@@ -511,7 +511,6 @@ void warn_overload(const Scenario& s, std::vector<std::string>& warnings) {
 }
 
 void warn_rejected(const Scenario& s, std::vector<std::string>& warnings) {
-  warn_overload(s, warnings);
   if (s.result.requests_rejected > 0) {
     warnings.push_back(s.model + ": " + group_digits(s.result.requests_rejected) +
                        " requests rejected (" + group_digits(s.result.rejected_pool) +
@@ -579,6 +578,7 @@ std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& 
       s.pools->prefill_run = std::move(run.prefill);
       s.pools->decode_run = std::move(run.decode);
       s.pools->transfers = run.transfer;
+      warn_overload(s, warnings);
       warn_rejected(s, warnings);
       scenarios.push_back(std::move(s));
     }
@@ -645,6 +645,7 @@ std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInpu
       std::unique_ptr<std::ifstream> file;
       auto source = open_source(args, in, rate, file);
       s.result = simulate(s.config, *source, timeline.rows_of(s));
+      warn_overload(s, warnings);
       warn_rejected(s, warnings);
       scenarios.push_back(std::move(s));
     }

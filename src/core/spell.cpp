@@ -66,7 +66,10 @@ std::optional<std::string> closest_match(std::string_view word,
 }
 
 std::string did_you_mean(std::string_view word, std::span<const std::string> candidates) {
-  auto matches = closest_matches(word, candidates);
+  return did_you_mean(closest_matches(word, candidates));
+}
+
+std::string did_you_mean(std::span<const std::string> matches) {
   if (matches.empty()) {
     return {};
   }

@@ -247,16 +247,7 @@ Model load_model(std::string_view spec, Diagnostics& diagnostics) {
   if (looks_like_path) {
     throw InputError("cannot open model file '" + path + "': no such file");
   }
-  std::string hint;
-  std::vector<std::string> close = suggest_models(spec);
-  for (std::size_t i = 0; i < close.size(); ++i) {
-    hint += (i == 0                  ? "; did you mean "
-             : i + 1 == close.size() ? " or "
-                                     : ", ") +
-            ("'" + close[i] + "'");
-  }
-  hint += hint.empty() ? "" : "?";
-  throw InputError("unknown model '" + path + "'" + hint +
+  throw InputError("unknown model '" + path + "'" + did_you_mean(suggest_models(spec)) +
                    " (`kvcalc models` lists the bundled ones; a kvcalc YAML, a config.json, a "
                    "snapshot folder or a Hub repo id such as Qwen/Qwen3-32B works too)");
 }

@@ -28,6 +28,9 @@ namespace kvcalc {
                                                        std::span<const std::string> candidates);
 
 /// "; did you mean 'x'?", "; did you mean 'x' or 'y'?" or "" — to append to an error message.
+/// "; did you mean 'a', 'b' or 'c'?" for the first three of `matches`; "" for none.
+[[nodiscard]] std::string did_you_mean(std::span<const std::string> matches);
+
 [[nodiscard]] std::string did_you_mean(std::string_view word,
                                        std::span<const std::string> candidates);
 
