@@ -164,6 +164,8 @@ Record describe_row(const Scenario& s, const ContextCapacity* x,
     // The row shows the context --max-context-at found.
     r.value("context", "context",
             c.max_context_at ? Cell::tokens(*c.max_context_at) : Cell::empty(), k_tables_only);
+    r.value("max_sequences", "max seqs", Cell::empty(), k_tables_only);
+    r.value("max_concurrency", "concurrency", Cell::empty(), k_tables_only);
   }
   if (c.max_context_at) {
     Record& m = r.object("max_context_at");
