@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -53,8 +54,19 @@ constexpr std::array<std::string_view, 31> k_setting_keys{"model",
                                                           "weight_dtype",
                                                           "mtp"};
 
-/// Applies the settings present in `r` over `s`.
-void read_settings(const MapReader& r, PlanScenario& s) {
+/// A setting only one engine has (vLLM's gpu_memory_utilization, SGLang's mem_fraction_static,
+/// …). It is checked against the engine once defaults and scenario are merged: a scenario's own
+/// key must be its engine's, and a default applies to the scenarios of its engine only.
+struct EngineKey {
+  std::string key;
+  Engine owner;
+  SourceLocation where;
+  std::function<void(EngineSettings&)> apply;
+  bool used = false; ///< a default some scenario took
+};
+
+/// Applies the settings present in `r` over `s`; the engine-owned ones go to `engine_keys`.
+void read_settings(const MapReader& r, PlanScenario& s, std::vector<EngineKey>& engine_keys) {
   CapacityRequest& q = s.request;
   if (r.has("model")) {
     s.model = *r.text("model");
@@ -77,10 +89,13 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   if (auto dp = r.flag("dp_attention")) {
     q.parallel.dp_attention = *dp;
   }
-  q.engine.engine = Engine::vllm; // the default of every command that takes an engine
   if (r.has("engine")) {
     q.engine.engine = r.parsed("engine", [](const std::string& t) { return parse_engine(t); });
   }
+  auto engine_key = [&](std::string_view key, Engine owner,
+                        std::function<void(EngineSettings&)> apply) {
+    engine_keys.push_back({std::string(key), owner, r.where(key), std::move(apply)});
+  };
   struct Fraction {
     std::string_view key;
     Engine engine;
@@ -89,13 +104,13 @@ void read_settings(const MapReader& r, PlanScenario& s) {
                             Fraction{"mem_fraction_static", Engine::sglang},
                             Fraction{"free_gpu_memory_fraction", Engine::trtllm}}) {
     if (r.has(f.key)) {
-      q.engine.memory_fraction =
+      double fraction =
           r.parsed(f.key, [&](const std::string& t) { return parse_fraction(t, f.key, 0.0, 1.0); });
-      if (q.engine.engine != f.engine) {
-        r.fail(f.key, std::string(f.key) + " belongs to engine " +
-                          std::string(engine_name(f.engine)) +
-                          "; set engine: " + std::string(engine_name(f.engine)) + " first");
+      if (fraction <= 0) {
+        r.fail(f.key, std::string(f.key) + " must be above 0: it is the share of GPU memory "
+                                           "the engine may use");
       }
+      engine_key(f.key, f.engine, [fraction](EngineSettings& e) { e.memory_fraction = fraction; });
     }
   }
   auto optional_count = [&](std::string_view key, std::optional<u64>& into) {
@@ -111,13 +126,14 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   } else {
     optional_count("max_model_len", q.engine.max_model_len);
   }
-  optional_count("num_gpu_blocks_override", q.engine.num_gpu_blocks);
-  if (r.has("num_gpu_blocks_override") && q.engine.engine != Engine::vllm) {
-    r.fail("num_gpu_blocks_override", "num_gpu_blocks_override belongs to engine vllm; set "
-                                      "engine: vllm first");
-  }
-  if (q.engine.num_gpu_blocks && *q.engine.num_gpu_blocks == 0) {
-    r.fail("num_gpu_blocks_override", "num_gpu_blocks_override must be at least 1 block");
+  if (r.has("num_gpu_blocks_override")) {
+    std::optional<u64> blocks;
+    optional_count("num_gpu_blocks_override", blocks);
+    if (*blocks == 0) {
+      r.fail("num_gpu_blocks_override", "num_gpu_blocks_override must be at least 1 block");
+    }
+    engine_key("num_gpu_blocks_override", Engine::vllm,
+               [blocks](EngineSettings& e) { e.num_gpu_blocks = blocks; });
   }
   auto optional_bytes = [&](std::string_view key, std::optional<u64>& into) {
     if (r.has(key)) {
@@ -155,11 +171,10 @@ void read_settings(const MapReader& r, PlanScenario& s) {
   state_dtype("mamba_cache_dtype", q.cache.state_dtype);
   state_dtype("mamba_ssm_cache_dtype", q.cache.ssm_state_dtype);
   if (r.has("mamba_cache_mode")) {
-    q.engine.mamba_cache_mode = r.parsed(
+    MambaCacheMode mode = r.parsed(
         "mamba_cache_mode", [](const std::string& t) { return k_mamba_cache_modes.parse(t); });
-    if (q.engine.mamba_cache_mode != MambaCacheMode::none && q.engine.engine != Engine::vllm) {
-      r.fail("mamba_cache_mode", "mamba_cache_mode belongs to engine vllm; set engine: vllm first");
-    }
+    engine_key("mamba_cache_mode", Engine::vllm,
+               [mode](EngineSettings& e) { e.mamba_cache_mode = mode; });
   }
   if (auto mtp = r.flag("mtp")) {
     q.mtp = *mtp;
@@ -223,6 +238,23 @@ Requirement read_requirement(const MapReader& r) {
   return q;
 }
 
+/// A model as a plan names it: a path relative to the plan's folder (never to the working
+/// folder), else a bundled name or a Hub repo id, as given.
+std::string plan_model(const std::string& spec, const std::filesystem::path& base) {
+  std::filesystem::path given(spec);
+  if (given.is_absolute() || base.empty()) {
+    return spec;
+  }
+  std::filesystem::path beside_plan = base / given;
+  std::error_code ec;
+  bool names_a_file = spec.ends_with(".yaml") || spec.ends_with(".yml") ||
+                      spec.ends_with(".json") || spec.starts_with("./") || spec.starts_with("../");
+  if (names_a_file || std::filesystem::exists(beside_plan, ec)) {
+    return beside_plan.string();
+  }
+  return spec;
+}
+
 } // namespace
 
 Plan parse_plan(const std::string& text, const std::string& file) {
@@ -242,9 +274,11 @@ Plan parse_plan(const std::string& text, const std::string& file) {
   }
   PlanScenario defaults;
   defaults.gpu = "h100-sxm";
+  defaults.request.engine.engine = Engine::vllm; // the default of every command with an engine
+  std::vector<EngineKey> default_keys;
   if (auto d = top.map("defaults")) {
     d->allow_only(k_setting_keys);
-    read_settings(*d, defaults);
+    read_settings(*d, defaults, default_keys);
   }
   YAML::Node list = top.node("scenarios");
   if (!list.IsDefined() || !list.IsSequence() || list.size() == 0) {
@@ -259,15 +293,28 @@ Plan parse_plan(const std::string& text, const std::string& file) {
     r.allow_only(keys);
     PlanScenario s = defaults;
     s.where = detail::location_of(list[i], file);
-    read_settings(r, s);
+    std::vector<EngineKey> own;
+    read_settings(r, s, own);
     s.name = r.text("name").value_or("scenario " + std::to_string(i + 1));
-    if (s.model.empty()) {
-      throw InputError(s.where, "scenario '" + s.name + "' has no 'model' (here or in defaults)");
+    Engine engine = s.request.engine.engine;
+    for (EngineKey& d : default_keys) {
+      bool replaced =
+          std::any_of(own.begin(), own.end(), [&](const EngineKey& k) { return k.key == d.key; });
+      if (d.owner == engine && !replaced) {
+        d.apply(s.request.engine);
+        d.used = true;
+      }
     }
-    // A model given as a relative path is relative to the plan's folder.
-    if (s.model.find('/') != std::string::npos && !std::filesystem::path(s.model).is_absolute()) {
-      s.model = (base / s.model).string();
+    for (const EngineKey& k : own) {
+      if (k.owner != engine) {
+        throw InputError(
+            k.where, k.key + " belongs to engine " + std::string(engine_name(k.owner)) +
+                         " and scenario '" + s.name + "' runs " + std::string(engine_name(engine)) +
+                         "; set engine: " + std::string(engine_name(k.owner)) + " or drop the key");
+      }
+      k.apply(s.request.engine);
     }
+    s.model = plan_model(s.model, base);
     YAML::Node require = r.node("require");
     if (!require.IsDefined() || !require.IsSequence() || require.size() == 0) {
       throw InputError(s.where, "scenario '" + s.name + "' needs a non-empty 'require:' list");
@@ -277,6 +324,14 @@ Plan parse_plan(const std::string& text, const std::string& file) {
       s.requirements.push_back(read_requirement(q));
     }
     plan.scenarios.push_back(std::move(s));
+  }
+  for (const EngineKey& k : default_keys) {
+    if (!k.used) {
+      throw InputError(k.where, "defaults: " + k.key + " belongs to engine " +
+                                    std::string(engine_name(k.owner)) +
+                                    " and no scenario runs it; drop the key or set engine: " +
+                                    std::string(engine_name(k.owner)));
+    }
   }
   return plan;
 }

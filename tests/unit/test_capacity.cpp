@@ -494,6 +494,92 @@ TEST_CASE("a plan reads dp and redundant_experts into its deployment", "[plan][d
   CHECK(d.experts_per_rank == 17); // (256 + 16) / 16
 }
 
+TEST_CASE("a plan's engine keys are checked against each scenario's engine, defaults merged",
+          "[plan][engine]") {
+  auto parse = [](const std::string& body) { return plan::parse_plan(body, "plan.yaml"); };
+  SECTION("defaults: engine applies to every scenario, and so does its fraction") {
+    plan::Plan p = parse("defaults:\n"
+                         "  engine: sglang\n"
+                         "  mem_fraction_static: 0.8\n"
+                         "scenarios:\n"
+                         "  - model: llama-3.1-8b\n"
+                         "    require: [{fits: true}]\n");
+    CHECK(p.scenarios[0].request.engine.engine == kv::Engine::sglang);
+    CHECK(p.scenarios[0].request.engine.memory_fraction == 0.8);
+  }
+  SECTION("a default fraction reaches only the scenarios of its engine") {
+    plan::Plan p = parse("defaults:\n"
+                         "  gpu_memory_utilization: 0.85\n"
+                         "  mem_fraction_static: 0.8\n"
+                         "scenarios:\n"
+                         "  - model: llama-3.1-8b\n"
+                         "    require: [{fits: true}]\n"
+                         "  - model: llama-3.1-8b\n"
+                         "    engine: sglang\n"
+                         "    require: [{fits: true}]\n"
+                         "  - model: llama-3.1-8b\n"
+                         "    engine: trtllm\n"
+                         "    require: [{fits: true}]\n");
+    CHECK(p.scenarios[0].request.engine.memory_fraction == 0.85);
+    CHECK(p.scenarios[1].request.engine.memory_fraction == 0.8);
+    CHECK_FALSE(p.scenarios[2].request.engine.memory_fraction.has_value());
+  }
+  SECTION("a vLLM-only default does not reach an SGLang scenario") {
+    plan::Plan p = parse("defaults:\n"
+                         "  num_gpu_blocks_override: 1000\n"
+                         "scenarios:\n"
+                         "  - model: llama-3.1-8b\n"
+                         "    require: [{fits: true}]\n"
+                         "  - model: llama-3.1-8b\n"
+                         "    engine: sglang\n"
+                         "    require: [{fits: true}]\n");
+    CHECK(p.scenarios[0].request.engine.num_gpu_blocks == 1000);
+    CHECK_FALSE(p.scenarios[1].request.engine.num_gpu_blocks.has_value());
+  }
+  SECTION("a scenario's own key of another engine is refused where it stands") {
+    CHECK_THROWS_WITH(parse("defaults:\n"
+                            "  engine: sglang\n"
+                            "scenarios:\n"
+                            "  - model: llama-3.1-8b\n"
+                            "    num_gpu_blocks_override: 1000\n"
+                            "    require: [{fits: true}]\n"),
+                      Catch::Contains("plan.yaml:5:") &&
+                          Catch::Contains("num_gpu_blocks_override belongs to engine vllm") &&
+                          Catch::Contains("runs sglang"));
+  }
+  SECTION("a default no scenario can use is refused") {
+    CHECK_THROWS_WITH(parse("defaults:\n"
+                            "  free_gpu_memory_fraction: 0.9\n"
+                            "scenarios:\n"
+                            "  - model: llama-3.1-8b\n"
+                            "    require: [{fits: true}]\n"),
+                      Catch::Contains("plan.yaml:2:") && Catch::Contains("no scenario runs it"));
+  }
+  SECTION("a fraction of 0 is a bad plan, not a failed requirement") {
+    CHECK_THROWS_WITH(parse("scenarios:\n"
+                            "  - model: llama-3.1-8b\n"
+                            "    gpu_memory_utilization: 0\n"
+                            "    require: [{fits: true}]\n"),
+                      Catch::Contains("must be above 0"));
+  }
+}
+
+TEST_CASE("a plan's model files are relative to the plan; names and repo ids stay as given",
+          "[plan][paths]") {
+  auto model_of = [](const std::string& model) {
+    return plan::parse_plan("scenarios:\n  - model: " + model + "\n    require: [{fits: true}]\n",
+                            "plans/gate/plan.yaml")
+        .scenarios[0]
+        .model;
+  };
+  CHECK(model_of("m.yaml") == "plans/gate/m.yaml");
+  CHECK(model_of("sub/config.json") == "plans/gate/sub/config.json");
+  CHECK(model_of("../zoo/m.yml") == "plans/gate/../zoo/m.yml");
+  CHECK(model_of("/abs/m.yaml") == "/abs/m.yaml");
+  CHECK(model_of("llama-3.1-8b") == "llama-3.1-8b");
+  CHECK(model_of("Qwen/Qwen3-32B") == "Qwen/Qwen3-32B");
+}
+
 TEST_CASE("vLLM's start-up check holds the null block back, and SGLang and TensorRT-LLM start",
           "[capacity][max_model_len]") {
   // Llama-3.1-8B: a block of 16 tokens over 32 layers of 8 heads × 2 × 128 × 2 B is 2 MiB, so a
