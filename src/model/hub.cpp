@@ -123,6 +123,27 @@ std::optional<std::filesystem::path> cached_snapshot(std::string_view repo) {
   return snapshot;
 }
 
+bool is_cached_snapshot(const std::filesystem::path& folder) {
+  std::filesystem::path snapshots = folder.parent_path();
+  return snapshots.filename() == "snapshots" &&
+         snapshots.parent_path().filename().string().starts_with("models--");
+}
+
+bool known_absent(const std::filesystem::path& snapshot, std::string_view filename) {
+  std::error_code ec;
+  std::filesystem::path repo = snapshot.parent_path().parent_path();
+  if (std::filesystem::exists(repo / ".no_exist" / snapshot.filename() / filename, ec)) {
+    return true;
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(snapshot, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.ends_with(".safetensors") || name.ends_with(".bin") || name.ends_with(".pth")) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::optional<HubFile> fetch_hub_file(std::string_view repo, std::string_view filename,
                                       bool optional) {
   std::string r(repo);

@@ -207,6 +207,36 @@ std::vector<std::string> builtin_model_names() {
   return names;
 }
 
+namespace {
+
+/// Files beside a cached snapshot's config.json. A file the snapshot lacks may still be in the
+/// repo, downloaded or not: ModelOpt keeps a checkpoint's quantization in
+/// hf_quant_config.json, so where the cache cannot tell, that is said rather than guessed.
+SiblingReader snapshot_siblings(const std::filesystem::path& snapshot, Diagnostics& diagnostics) {
+  return [snapshot, &diagnostics](const std::string& name) -> std::optional<std::string> {
+    std::error_code ec;
+    std::filesystem::path file = snapshot / name;
+    if (std::filesystem::is_regular_file(file, ec)) {
+      return read_text_file(file.string());
+    }
+    if (!known_absent(snapshot, name)) {
+      std::string repo = snapshot.parent_path().parent_path().filename().string().substr(8);
+      if (std::size_t dashes = repo.find("--"); dashes != std::string::npos) {
+        repo.replace(dashes, 2, "/");
+      }
+      diagnostics.warnings.push_back(
+          snapshot.string() + " holds config.json without the weights or " + name +
+          ", so whether the repo has " + name +
+          " is unknown; a ModelOpt checkpoint keeps its quantization there, and without it the "
+          "weights are counted in the config's dtype: download it (hf download " +
+          repo + " " + name + ") or give --weight-dtype");
+    }
+    return std::nullopt;
+  };
+}
+
+} // namespace
+
 Model load_model(std::string_view spec, Diagnostics& diagnostics) {
   std::string path(spec);
   std::error_code ec;
@@ -221,7 +251,15 @@ Model load_model(std::string_view spec, Diagnostics& diagnostics) {
                        "' is a folder without a config.json: give a model's snapshot folder, "
                        "its config.json, or a kvcalc model file");
     }
-    return parse_hf_config(read_text_file(config.string()), config.string(), diagnostics);
+    SiblingReader siblings;
+    std::filesystem::path folder = std::filesystem::path(path).lexically_normal();
+    if (folder.filename().empty()) {
+      folder = folder.parent_path(); // "…/snapshots/<commit>/"
+    }
+    if (is_cached_snapshot(folder)) {
+      siblings = snapshot_siblings(folder, diagnostics);
+    }
+    return parse_hf_config(read_text_file(config.string()), config.string(), diagnostics, siblings);
   }
   if (const Model* m = find_builtin_model(spec)) {
     return *m;
@@ -230,7 +268,8 @@ Model load_model(std::string_view spec, Diagnostics& diagnostics) {
     if (std::optional<std::filesystem::path> snapshot = cached_snapshot(spec)) {
       std::filesystem::path config = *snapshot / "config.json";
       if (std::filesystem::is_regular_file(config, ec)) {
-        return parse_hf_config(read_text_file(config.string()), config.string(), diagnostics);
+        return parse_hf_config(read_text_file(config.string()), config.string(), diagnostics,
+                               snapshot_siblings(*snapshot, diagnostics));
       }
     }
     std::optional<HubFile> config = fetch_hub_file(spec, "config.json", false);

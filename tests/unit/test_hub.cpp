@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -193,6 +194,56 @@ TEST_CASE("a repo id in the HF cache is read from its snapshot, without the netw
   // HF_HUB_CACHE wins over HF_HOME.
   ::setenv("HF_HUB_CACHE", (home / "elsewhere").c_str(), 1);
   CHECK_FALSE(cached_snapshot("meta-llama/Llama-3.1-8B"));
+  std::filesystem::remove_all(home);
+}
+
+TEST_CASE("a cached snapshot without hf_quant_config.json says so unless the cache knows",
+          "[hub][quantization]") {
+  LocalHub hub({});
+  std::filesystem::path home = fresh_home("modelopt", hub.endpoint());
+  std::filesystem::path fixture =
+      std::filesystem::path(KVCALC_SOURCE_DIR) / "tests/data/hf-quant/llama-3.1-70b-modelopt-fp8";
+  std::filesystem::path repo = home / "hub" / "models--nvidia--Llama-3.1-70B-Instruct-FP8";
+  std::filesystem::path snapshot = repo / "snapshots" / "5b1f2a";
+  std::filesystem::create_directories(repo / "refs");
+  std::filesystem::create_directories(snapshot);
+  std::ofstream(repo / "refs" / "main") << "5b1f2a\n";
+  std::filesystem::copy_file(fixture / "config.json", snapshot / "config.json");
+  auto unknown = [](const Diagnostics& d) {
+    return std::count_if(d.warnings.begin(), d.warnings.end(), [](const std::string& w) {
+      return w.find("hf_quant_config.json") != std::string::npos &&
+             w.find("hf download nvidia/Llama-3.1-70B-Instruct-FP8 hf_quant_config.json") !=
+                 std::string::npos;
+    });
+  };
+  SECTION("config.json alone: the weights are the config's dtype, and a warning says why") {
+    Diagnostics d;
+    Model m = load_model("nvidia/Llama-3.1-70B-Instruct-FP8", d);
+    CHECK(m.quantization.empty());
+    CHECK(unknown(d) == 1);
+    Diagnostics by_folder; // the snapshot folder given as MODEL is the same case
+    (void)load_model(snapshot.string() + "/", by_folder);
+    CHECK(unknown(by_folder) == 1);
+    CHECK(hub.paths().empty()); // the cache is read without the network
+  }
+  SECTION("the Hub said it has none (.no_exist), or the weights are there: no warning") {
+    std::filesystem::create_directories(repo / ".no_exist" / "5b1f2a");
+    std::ofstream(repo / ".no_exist" / "5b1f2a" / "hf_quant_config.json");
+    Diagnostics d;
+    CHECK(load_model("nvidia/Llama-3.1-70B-Instruct-FP8", d).quantization.empty());
+    CHECK(unknown(d) == 0);
+    std::filesystem::remove_all(repo / ".no_exist");
+    std::ofstream(snapshot / "model-00001-of-00030.safetensors");
+    Diagnostics whole;
+    CHECK(load_model("nvidia/Llama-3.1-70B-Instruct-FP8", whole).quantization.empty());
+    CHECK(unknown(whole) == 0);
+  }
+  SECTION("hf_quant_config.json in the snapshot is read") {
+    std::filesystem::copy_file(fixture / "hf_quant_config.json", snapshot / "hf_quant_config.json");
+    Diagnostics d;
+    CHECK(load_model("nvidia/Llama-3.1-70B-Instruct-FP8", d).quantization == "modelopt");
+    CHECK(unknown(d) == 0);
+  }
   std::filesystem::remove_all(home);
 }
 

@@ -21,6 +21,14 @@ namespace kvcalc::model {
 /// The snapshot folder of `repo` at refs/main in the local cache, if there is one.
 [[nodiscard]] std::optional<std::filesystem::path> cached_snapshot(std::string_view repo);
 
+/// Whether `folder` is a snapshot of the HF cache (…/models--owner--name/snapshots/<commit>).
+[[nodiscard]] bool is_cached_snapshot(const std::filesystem::path& folder);
+
+/// Whether a cached snapshot lacks `filename` for certain: the Hub once answered that the repo
+/// has no such file (huggingface_hub then writes .no_exist/<commit>/<filename>), or the snapshot
+/// holds the weights, so it is a whole download. A snapshot of config.json alone cannot tell.
+[[nodiscard]] bool known_absent(const std::filesystem::path& snapshot, std::string_view filename);
+
 /// A file of a model repo on the Hub.
 struct HubFile {
   std::string text;
