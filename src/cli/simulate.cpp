@@ -47,9 +47,10 @@ struct SimulateArgs {
   MlaMode mla = MlaMode::automatic;
   std::string efficiency;
   CeilingOptions ceilings;
-  std::string timeline;     ///< per-step CSV file
-  std::string slo;          ///< latency targets: find the highest rate meeting them
-  std::string plot;         ///< SVG file
+  std::string timeline; ///< per-step CSV file
+  std::string slo;      ///< latency targets: find the highest rate meeting them
+  SloSearchKind slo_search = SloSearchKind::rate; ///< or the largest batch
+  std::string plot;                               ///< SVG file
   std::string prefill_pool; ///< disaggregated: the prefill pool's deployment, NxG[:tpT][:epE]...
   std::string decode_pool;  ///< and the decode pool's
   Overlap overlap = Overlap::none;
@@ -957,6 +958,26 @@ void render_simulation(Rendered& r, const SimulateArgs& args, const SimulateInpu
   }
 }
 
+/// --slo-search batch sizes bursts itself: what would set the arrivals or their count is refused.
+void check_batch_search(const SimulateArgs& args, const SimulateInputs& in) {
+  std::string why = "--slo-search batch sends N requests at t = 0 and searches N";
+  if (in.trace) {
+    throw InputError(why + "; a trace brings its own arrivals: drop --trace or --slo-search");
+  }
+  if (!args.rates.empty()) {
+    throw InputError(why + "; drop --rate (or search the rate: --slo-search rate)");
+  }
+  if (args.arrival && *args.arrival != ArrivalProcess::burst) {
+    throw InputError(why + "; drop --arrival " + std::string(arrival_name(*args.arrival)));
+  }
+  if (args.requests || (!args.workload.empty() && in.workload.requests)) {
+    throw InputError(why + "; drop the request count (--requests, or requests: in the workload)");
+  }
+  if (in.workload.duration_s) {
+    throw InputError(why + "; drop the duration (--duration, or duration: in the workload)");
+  }
+}
+
 /// --slo: each instance searched for the highest rate meeting the targets, or checked at the
 /// rates (or trace) given, with every run as evidence and the fewest GPUs that meet them.
 int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vector<Model>& models,
@@ -969,8 +990,14 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   if (!args.timeline.empty() || !args.plot.empty()) {
     throw InputError("--slo runs many simulations; --timeline and --plot draw one: drop them");
   }
-  // A burst arrives at once whatever the rate: it is checked, not searched.
-  bool search = !in.trace && args.rates.empty() && in.workload.arrival != ArrivalProcess::burst;
+  bool by_batch = args.slo_search == SloSearchKind::batch;
+  if (by_batch) {
+    check_batch_search(args, in);
+  }
+  // A burst arrives at once whatever the rate: it is checked, not searched by rate.
+  bool search =
+      by_batch || (!in.trace && args.rates.empty() && in.workload.arrival != ArrivalProcess::burst);
+  std::string what = by_batch ? "batch" : "rate";
   std::vector<Scenario> bases = instances(args, in, models, r.warnings);
   std::vector<Record> rows;
   std::vector<Record> evidence;
@@ -997,7 +1024,17 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
       return simulate(base.config, *source);
     };
     SloSearch found;
-    if (search) {
+    if (by_batch) {
+      found = search_max_batch(
+          [&](u64 requests) {
+            Workload w = in.workload;
+            w.arrival = ArrivalProcess::burst;
+            w.requests = requests;
+            SyntheticSource source(w);
+            return simulate(base.config, source);
+          },
+          targets);
+    } else if (search) {
       found = search_max_rate([&](double rate) { return run_at(rate); }, targets, in.workload.rate);
     } else {
       for (const auto& rate : in.rates) {
@@ -1011,16 +1048,25 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
     row.value("gpu", "gpu", Cell::text(base.gpu));
     row.value("gpus", "gpus", Cell::count(gpus));
     row.value("tp", "tp", Cell::count(base.config.step.parallel.tp));
-    if (search) {
+    if (by_batch) {
+      auto count = [](double n) { return Cell::count(static_cast<u64>(n)); };
+      row.value("max_batch", "max batch", found.best > 0 ? count(found.best) : Cell::empty());
+      row.value("max_batch_per_gpu", "batch/GPU",
+                found.best > 0 ? Cell::number(found.best / static_cast<double>(gpus))
+                               : Cell::empty());
+      row.value("failed_batch", "fails at", found.failed > 0 ? count(found.failed) : Cell::empty());
+    } else if (search) {
       row.value("max_rate_per_s", "max rate/s",
-                found.max_rate > 0 ? Cell::number(found.max_rate) : Cell::empty());
+                found.best > 0 ? Cell::number(found.best) : Cell::empty());
       row.value("max_rate_per_s_per_gpu", "rate/s/GPU",
-                found.max_rate > 0 ? Cell::number(found.max_rate / static_cast<double>(gpus))
-                                   : Cell::empty());
+                found.best > 0 ? Cell::number(found.best / static_cast<double>(gpus))
+                               : Cell::empty());
       row.value("failed_rate_per_s", "fails at/s",
-                found.failed_rate > 0 ? Cell::number(found.failed_rate) : Cell::empty());
-      double per_gpu = found.max_rate / static_cast<double>(gpus);
-      if (found.max_rate > 0 && per_gpu > best_value) {
+                found.failed > 0 ? Cell::number(found.failed) : Cell::empty());
+    }
+    if (search) {
+      double per_gpu = found.best / static_cast<double>(gpus);
+      if (found.best > 0 && per_gpu > best_value) {
         best = &base;
         best_value = per_gpu;
       }
@@ -1039,7 +1085,11 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
       e.value("model", "model", Cell::text(base.model));
       e.value("gpu", "gpu", Cell::text(base.gpu));
       e.value("tp", "tp", Cell::count(base.config.step.parallel.tp));
-      e.value("rate_per_s", "rate/s", in.trace ? Cell::text("trace") : Cell::number(x.rate));
+      if (by_batch) {
+        e.value("batch", "batch", Cell::count(static_cast<u64>(x.value)));
+      } else {
+        e.value("rate_per_s", "rate/s", in.trace ? Cell::text("trace") : Cell::number(x.value));
+      }
       Record& got = e.object("measured");
       for (const SloTarget& t : targets) {
         got.value(t.metric + "_" + t.statistic, t.metric + " " + t.statistic,
@@ -1063,12 +1113,15 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
     return v;
   }());
   slo.value("mode", Cell::text(search ? "search" : "check"));
+  slo.value("searched", search ? Cell::text(what) : Cell::empty());
   r.json["workload"] = describe_workload(args, in).json();
   r.json["slo"] = slo.json();
   r.json["slo"]["scenarios"] = json_of(rows);
   r.json["slo"]["runs"] = json_of(evidence);
   std::vector<ColumnRef> columns{{"model"}, {"gpu"}, {"gpus"}, {"tp"}};
-  if (search) {
+  if (by_batch) {
+    columns.insert(columns.end(), {{"max_batch"}, {"max_batch_per_gpu"}, {"failed_batch"}});
+  } else if (search) {
     columns.insert(columns.end(),
                    {{"max_rate_per_s"}, {"max_rate_per_s_per_gpu"}, {"failed_rate_per_s"}});
   } else {
@@ -1076,8 +1129,11 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   }
   columns.push_back({"runs"});
   Table t = table_of(rows, columns);
-  t.title = search ? "Highest arrival rate within " + targets_text : "Within " + targets_text + "?";
-  std::vector<ColumnRef> run_columns{{"model"}, {"gpu"}, {"tp"}, {"rate_per_s"}};
+  t.title = by_batch ? "Largest batch (requests arriving at once) within " + targets_text
+            : search ? "Highest arrival rate within " + targets_text
+                     : "Within " + targets_text + "?";
+  std::vector<ColumnRef> run_columns{
+      {"model"}, {"gpu"}, {"tp"}, {by_batch ? "batch" : "rate_per_s"}};
   for (const SloTarget& x : targets) {
     run_columns.push_back({"measured." + x.metric + "_" + x.statistic});
   }
@@ -1085,18 +1141,22 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   Table runs = table_of(evidence, run_columns);
   runs.title = "The simulations run";
   if (best != nullptr) {
-    t.notes.push_back(search ? fmt::format("most requests/s per GPU within the targets: {} on {} "
-                                           "(tp {}), {:.4g}/s per GPU",
-                                           best->model, best->gpu, best->config.step.parallel.tp,
-                                           best_value)
-                             : fmt::format("fewest GPUs within the targets: {} on {} (tp {}), {} "
-                                           "GPUs",
-                                           best->model, best->gpu, best->config.step.parallel.tp,
-                                           static_cast<u64>(best_value)));
+    t.notes.push_back(
+        by_batch ? fmt::format("largest batch per GPU within the targets: {} on "
+                               "{} (tp {}), {:.4g} requests per GPU",
+                               best->model, best->gpu, best->config.step.parallel.tp, best_value)
+        : search ? fmt::format("most requests/s per GPU within the targets: {} on "
+                               "{} (tp {}), {:.4g}/s per GPU",
+                               best->model, best->gpu, best->config.step.parallel.tp, best_value)
+                 : fmt::format("fewest GPUs within the targets: {} on {} (tp {}), {} "
+                               "GPUs",
+                               best->model, best->gpu, best->config.step.parallel.tp,
+                               static_cast<u64>(best_value)));
   } else {
-    t.notes.push_back(search ? "no deployment meets the targets at any rate searched (1/1,024 "
-                               "of the start and up)"
-                             : "no deployment meets the targets");
+    t.notes.push_back(by_batch ? "no deployment meets the targets even one request at a time"
+                      : search ? "no deployment meets the targets at any rate searched (1/1,024 "
+                                 "of the start and up)"
+                               : "no deployment meets the targets");
   }
   t.notes.push_back("a run meets the targets when every statistic is within its bound, no "
                     "request is rejected and the queue does not grow (docs/simulate.md, SLO "
@@ -1258,6 +1318,11 @@ Command setup_simulate(CLI::App& app) {
                   "fewest GPUs that do; every run is listed")
       ->type_name("TARGETS")
       ->group(k_group_workload);
+  CLI::Option* slo_search =
+      add_choice(cmd, "--slo-search", args->slo_search, k_slo_searches,
+                 "With --slo, what to search: the highest arrival rate, or the largest batch "
+                 "(requests arriving at once, doubling then bisection to the exact count)")
+          ->group(k_group_workload);
   cmd->add_option("--timeline", args->timeline,
                   "Write every step as CSV: time, running, waiting, tokens, KV blocks")
       ->type_name("FILE.csv")
@@ -1266,8 +1331,13 @@ Command setup_simulate(CLI::App& app) {
       ->type_name("FILE.svg")
       ->group(k_group_output);
   add_output_options(cmd, args->output, ScaledBytes::no);
-  return {cmd,
-          [args](std::ostream& out, std::ostream& err) { return run_simulate(*args, out, err); }};
+  return {cmd, [args, slo_search](std::ostream& out, std::ostream& err) {
+            if (args->slo.empty() && slo_search->count() > 0) {
+              throw InputError("--slo-search says what an SLO search looks for; give the "
+                               "targets with --slo (ttft_p99=2s,tpot_p99=50ms)");
+            }
+            return run_simulate(*args, out, err);
+          }};
 }
 
 } // namespace kvcalc::cli

@@ -118,40 +118,76 @@ bool meets(const SimResult& r, const std::vector<SloTarget>& targets) {
   return true;
 }
 
+namespace {
+
+/// Runs at `value`, keeping the run as evidence and the bounds it moves.
+struct Searcher {
+  const std::function<SimResult(double)>& run;
+  const std::vector<SloTarget>& targets;
+  std::size_t max_runs;
+  SloSearch out;
+
+  bool attempt(double value) {
+    SimResult r = run(value);
+    bool ok = meets(r, targets);
+    out.runs.push_back({value, std::move(r), ok});
+    if (ok) {
+      out.best = std::max(out.best, value);
+    } else if (out.failed == 0 || value < out.failed) {
+      out.failed = value;
+    }
+    return ok;
+  }
+  [[nodiscard]] bool more() const { return out.runs.size() < max_runs; }
+};
+
+} // namespace
+
 SloSearch search_max_rate(const std::function<SimResult(double)>& run,
                           const std::vector<SloTarget>& targets, double start, double precision,
                           std::size_t max_runs) {
-  SloSearch out;
-  auto attempt = [&](double rate) {
-    SimResult r = run(rate);
-    bool ok = meets(r, targets);
-    out.runs.push_back({rate, std::move(r), ok});
-    if (ok) {
-      out.max_rate = std::max(out.max_rate, rate);
-    } else if (out.failed_rate == 0 || rate < out.failed_rate) {
-      out.failed_rate = rate;
-    }
-    return ok;
-  };
+  Searcher s{run, targets, max_runs, {}};
   constexpr double k_lowest = 1e-3;
   constexpr double k_highest = 1e6;
   double rate = start;
-  if (attempt(rate)) {
-    while (rate * 2 <= k_highest && out.runs.size() < max_runs && attempt(rate * 2)) {
+  if (s.attempt(rate)) {
+    while (rate * 2 <= k_highest && s.more() && s.attempt(rate * 2)) {
       rate *= 2;
     }
   } else {
-    while (rate / 2 >= k_lowest && out.runs.size() < max_runs && !attempt(rate / 2)) {
+    while (rate / 2 >= k_lowest && s.more() && !s.attempt(rate / 2)) {
       rate /= 2;
     }
   }
-  if (out.max_rate == 0 || out.failed_rate == 0) {
-    return out; // nothing met, or the ceiling of the search did
+  if (s.out.best == 0 || s.out.failed == 0) {
+    return s.out; // nothing met, or the ceiling of the search did
   }
-  while (out.failed_rate / out.max_rate > 1 + precision && out.runs.size() < max_runs) {
-    attempt(std::sqrt(out.max_rate * out.failed_rate));
+  while (s.out.failed / s.out.best > 1 + precision && s.more()) {
+    s.attempt(std::sqrt(s.out.best * s.out.failed));
   }
-  return out;
+  return s.out;
+}
+
+SloSearch search_max_batch(const std::function<SimResult(u64)>& run,
+                           const std::vector<SloTarget>& targets, u64 limit, std::size_t max_runs) {
+  std::function<SimResult(double)> by_count = [&](double n) { return run(static_cast<u64>(n)); };
+  Searcher s{by_count, targets, max_runs, {}};
+  u64 n = 1;
+  if (!s.attempt(1)) {
+    return s.out; // not even one request at a time
+  }
+  while (n < limit && s.more() && s.attempt(static_cast<double>(std::min(n * 2, limit)))) {
+    n = std::min(n * 2, limit);
+  }
+  if (s.out.failed == 0) {
+    return s.out; // the limit met the targets
+  }
+  while (s.out.failed - s.out.best > 1 && s.more()) {
+    auto low = static_cast<u64>(s.out.best);
+    auto high = static_cast<u64>(s.out.failed);
+    s.attempt(static_cast<double>(low + (high - low) / 2));
+  }
+  return s.out;
 }
 
 } // namespace kvcalc::sim

@@ -468,6 +468,7 @@ TEST_CASE("every option of every command changes the result or is refused", "[cl
       {"capacity --max-context-at", {{"4"}}},
       {"simulate --max-model-len", {{"1k"}}},
       {"simulate --slo", {{"ttft_p99=2s"}}},
+      {"simulate --slo-search", {{"batch"}, {"--slo", "ttft_p99=2s", "--output-tokens", "8"}}},
       {"capacity --gpus", {{"16"}}},
       {"roofline --prompt", {{"8k"}, {"--phase", "prefill"}}},
       {"roofline --phase", {{"prefill"}}},

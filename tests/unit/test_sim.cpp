@@ -728,14 +728,31 @@ TEST_CASE("SLO targets: parsed, checked, and the highest rate found by doubling 
     return r;
   };
   SloSearch up = search_max_rate(run, ttft, 1);
-  CHECK(up.max_rate <= 20);
-  CHECK(up.failed_rate > 20);
-  CHECK(up.failed_rate / up.max_rate <= 1.02);
-  CHECK(up.runs.front().rate == 1);
-  CHECK(up.runs[5].rate == 32); // doubled: 1, 2, 4, 8, 16, 32 (the first to fail)
+  CHECK(up.best <= 20);
+  CHECK(up.failed > 20);
+  CHECK(up.failed / up.best <= 1.02);
+  CHECK(up.runs.front().value == 1);
+  CHECK(up.runs[5].value == 32); // doubled: 1, 2, 4, 8, 16, 32 (the first to fail)
   SloSearch down = search_max_rate(run, ttft, 100);
-  CHECK(down.max_rate <= 20);
-  CHECK(down.failed_rate / down.max_rate <= 1.02);
+  CHECK(down.best <= 20);
+  CHECK(down.failed / down.best <= 1.02);
+  // A burst whose TTFT p99 is n × 30 ms: the largest batch within 2 s is exactly 66.
+  auto burst_of = [](u64 n) {
+    SimResult r;
+    r.requests_completed = n;
+    r.ttft.p99 = 0.03 * static_cast<double>(n);
+    return r;
+  };
+  SloSearch batch = search_max_batch(burst_of, ttft);
+  CHECK(batch.best == 66);
+  CHECK(batch.failed == 67);
+  CHECK(batch.runs[7].value == 128); // doubled from 1 to 128, the first to fail
+  CHECK(batch.runs.size() <= 8 + 7); // then bisected between 64 and 128
+  // The limit met: no failure to name; a single request that fails: no batch.
+  CHECK(search_max_batch(burst_of, ttft, 50).best == 50);
+  CHECK(search_max_batch(burst_of, ttft, 50).failed == 0);
+  CHECK(search_max_batch(burst_of, parse_slo("ttft_p99=10ms")).best == 0);
+  CHECK(search_max_batch(burst_of, parse_slo("ttft_p99=10ms")).runs.size() == 1);
   // A growing queue or a rejected request fails whatever the percentiles.
   SimResult r = run(1);
   CHECK(meets(r, ttft));
