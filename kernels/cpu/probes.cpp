@@ -44,6 +44,16 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+Spread spread_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return {values[values.size() / 2], values.front(), values.back(),
+          static_cast<unsigned>(values.size())};
+}
+
+Spread rate_of(double work, const Spread& seconds) {
+  return {work / seconds.median, work / seconds.max, work / seconds.min, seconds.runs};
+}
+
 void keep_freed_memory() {
 #if defined(__GLIBC__)
   // Blocks up to the largest mmap threshold glibc accepts come from the heap, and a heap top
@@ -126,9 +136,9 @@ BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned thread
       r.checksum += p;
     }
   }
-  r.read_bytes_per_s = median(reads);
-  r.copy_bytes_per_s = median(copies);
-  r.triad_bytes_per_s = median(triads);
+  r.read_bytes_per_s = spread_of(reads);
+  r.copy_bytes_per_s = spread_of(copies);
+  r.triad_bytes_per_s = spread_of(triads);
   r.checksum += a[n / 2] + b[n / 3];
   return r;
 }
@@ -199,7 +209,7 @@ double measure_fma_bf16_flops(unsigned threads, double seconds_per_thread) {
 #endif
 }
 
-double measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats) {
+Spread measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats) {
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   auto size = static_cast<Eigen::Index>(n);
   // One independent n × n × n product per thread: all cores busy, no shared output.
@@ -213,7 +223,7 @@ double measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats) {
   }
   volatile float observed = c[0](0, 0);
   (void)observed;
-  return median(rates);
+  return spread_of(rates);
 }
 
 } // namespace kvcalc::kernels

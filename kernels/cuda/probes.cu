@@ -103,7 +103,7 @@ template <class T> __global__ void random_kernel(T* out, std::size_t n, std::uin
   }
 }
 
-template <class Launch> double median_seconds(unsigned repeats, Launch&& launch) {
+template <class Launch> Spread timed_seconds(unsigned repeats, Launch&& launch) {
   launch(); // warm-up
   KVCALC_CUDA_CHECK_LAUNCH();
   Event start;
@@ -116,7 +116,7 @@ template <class Launch> double median_seconds(unsigned repeats, Launch&& launch)
     stop.record();
     times.push_back(seconds_between(start, stop));
   }
-  return median(times);
+  return spread_of(times);
 }
 
 } // namespace
@@ -136,33 +136,34 @@ BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned repeat
   KVCALC_CUDA_CHECK_LAUNCH();
   double bytes = static_cast<double>(n * sizeof(float4));
   BandwidthResult r;
-  r.read_bytes_per_s = bytes / median_seconds(repeats, [&] {
-                         read_kernel<<<blocks, k_threads>>>(a.get(), n, partial.get());
-                       });
+  r.read_bytes_per_s = rate_of(bytes, timed_seconds(repeats, [&] {
+                                 read_kernel<<<blocks, k_threads>>>(a.get(), n, partial.get());
+                               }));
   std::vector<float> sums(static_cast<std::size_t>(blocks));
   KVCALC_CUDA_CHECK(
       cudaMemcpy(sums.data(), partial.get(), partial.bytes(), cudaMemcpyDeviceToHost));
   for (float s : sums) {
     r.checksum += s;
   }
-  r.copy_bytes_per_s = 2 * bytes / median_seconds(repeats, [&] {
-                         copy_kernel<<<blocks, k_threads>>>(a.get(), b.get(), n);
-                       });
-  r.triad_bytes_per_s = 3 * bytes / median_seconds(repeats, [&] {
-                          triad_kernel<<<blocks, k_threads>>>(a.get(), b.get(), c.get(), 0.5f, n);
-                        });
+  r.copy_bytes_per_s = rate_of(2 * bytes, timed_seconds(repeats, [&] {
+                                 copy_kernel<<<blocks, k_threads>>>(a.get(), b.get(), n);
+                               }));
+  r.triad_bytes_per_s =
+      rate_of(3 * bytes, timed_seconds(repeats, [&] {
+                triad_kernel<<<blocks, k_threads>>>(a.get(), b.get(), c.get(), 0.5f, n);
+              }));
   KVCALC_CUDA_CHECK(cudaDeviceSynchronize());
   return r;
 }
 
-double measure_fma_flops(unsigned repeats) {
+Spread measure_fma_flops(unsigned repeats) {
   int blocks = sm_count() * 16;
   int iterations = 1 << 16;
   DeviceBuffer<float> sink(1);
-  double seconds = median_seconds(
+  Spread seconds = timed_seconds(
       repeats, [&] { fma_kernel<<<blocks, k_threads>>>(iterations, 0.999f, 0.001f, sink.get()); });
   double flops = 2.0 * k_fma_chains * iterations * static_cast<double>(blocks) * k_threads;
-  return flops / seconds;
+  return rate_of(flops, seconds);
 }
 
 GemmRates measure_gemm_flops(std::uint64_t n64, unsigned repeats) {
@@ -189,11 +190,11 @@ GemmRates measure_gemm_flops(std::uint64_t n64, unsigned repeats) {
     KVCALC_CUDA_CHECK_LAUNCH();
     float alpha = 1.0f;
     float beta = 0.0f;
-    return flops / median_seconds(repeats, [&] {
-             KVCALC_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha,
-                                              a.get(), type, n, b.get(), type, n, &beta, c.get(),
-                                              type, n, compute, CUBLAS_GEMM_DEFAULT));
-           });
+    return rate_of(flops, timed_seconds(repeats, [&] {
+                     KVCALC_CUBLAS_CHECK(cublasGemmEx(
+                         handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), type, n,
+                         b.get(), type, n, &beta, c.get(), type, n, compute, CUBLAS_GEMM_DEFAULT));
+                   }));
   };
   KVCALC_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
   rates.bf16 = run(__nv_bfloat16{}, CUDA_R_16BF, CUBLAS_COMPUTE_32F);

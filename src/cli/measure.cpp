@@ -1,7 +1,9 @@
 // `measure`: probes and MLA decode kernels on this machine; writes a device profile.
 
 #include <algorithm>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <unistd.h>
 
@@ -53,18 +55,89 @@ MeasureOptions measure_options(const MeasureArgs& args, std::string_view backend
   return o;
 }
 
+/// How far a figure's runs disagree: "3.1%", "41.0% !" beyond the bound, "1 run"; a number in
+/// CSV.
+Cell spread_cell(const Spread& s) {
+  Cell c = Cell::share(relative_spread(s));
+  if (s.runs < 2) {
+    return c.shown_as("1 run");
+  }
+  return disagrees(s) ? c.shown_as(fmt::format("{:.1f}% !", relative_spread(s) * 100)) : c;
+}
+
+/// A figure's runs in JSON: {median, min, max, runs, spread, disagree}.
+void describe_spread(Record& into, const Spread& s, const std::function<Cell(double)>& cell) {
+  into.value("median", cell(s.median));
+  into.value("min", cell(s.min));
+  into.value("max", cell(s.max));
+  into.value("runs", Cell::count(s.runs));
+  into.value("spread", Cell::number(relative_spread(s)));
+  into.value("disagree", Cell::flag(disagrees(s)));
+}
+
 Record describe_probes(const ProbeResults& p) {
   Record r;
-  r.value("bandwidth_bytes_per_s", "bandwidth ceiling (read)",
-          Cell::bytes_per_s(p.bandwidth_bytes_per_s));
-  r.value("read_bytes_per_s", "read", Cell::bytes_per_s(p.read_bytes_per_s));
-  r.value("copy_bytes_per_s", "copy (read + write)", Cell::bytes_per_s(p.copy_bytes_per_s));
-  r.value("triad_bytes_per_s", "triad (2 reads + write)", Cell::bytes_per_s(p.triad_bytes_per_s));
-  r.value("fma_fp32_flops_per_s", "FMA loop fp32", Cell::flops(p.fma_flops_per_s));
-  r.value("fma_bf16_flops_per_s", "FMA loop bf16 pairs",
-          p.fma_bf16_flops_per_s ? Cell::flops(*p.fma_bf16_flops_per_s) : Cell::empty());
-  describe_peak_flops(r.object("flops_per_s"), p.gemm_flops_per_s, "GEMM ", k_everywhere);
+  r.value("bandwidth_bytes_per_s", Cell::bytes_per_s(p.bandwidth_bytes_per_s));
+  r.value("read_bytes_per_s", Cell::bytes_per_s(p.read_bytes_per_s.median));
+  r.value("copy_bytes_per_s", Cell::bytes_per_s(p.copy_bytes_per_s.median));
+  r.value("triad_bytes_per_s", Cell::bytes_per_s(p.triad_bytes_per_s.median));
+  r.value("fma_fp32_flops_per_s", Cell::flops(p.fma_flops_per_s.median));
+  r.value("fma_bf16_flops_per_s",
+          p.fma_bf16_flops_per_s ? Cell::flops(p.fma_bf16_flops_per_s->median) : Cell::empty());
+  describe_peak_flops(r.object("flops_per_s"), p.gemm_flops_per_s(), "GEMM ", k_everywhere);
+  Record& spreads = r.object("spread");
+  for (const auto& [key, figure] : p.figures()) {
+    bool bytes = key.ends_with("bytes_per_s");
+    describe_spread(spreads.object(key), figure,
+                    [bytes](double v) { return bytes ? Cell::bytes_per_s(v) : Cell::flops(v); });
+  }
   return r;
+}
+
+/// The probe table's rows: each figure, its median and how far its runs disagree.
+std::vector<Record> probe_rows(const ProbeResults& p) {
+  std::vector<Record> rows;
+  auto row = [&](const std::string& label, Cell rate, const std::optional<Spread>& s) {
+    Record& r = rows.emplace_back();
+    r.value("probe", "probe", Cell::text(label));
+    r.value("rate", "rate (median)", std::move(rate));
+    r.value("spread", "spread", s ? spread_cell(*s) : Cell::empty());
+  };
+  row("read", Cell::bytes_per_s(p.read_bytes_per_s.median), p.read_bytes_per_s);
+  row("copy (read + write)", Cell::bytes_per_s(p.copy_bytes_per_s.median), p.copy_bytes_per_s);
+  row("triad (2 reads + write)", Cell::bytes_per_s(p.triad_bytes_per_s.median),
+      p.triad_bytes_per_s);
+  row("bandwidth ceiling (read)", Cell::bytes_per_s(p.bandwidth_bytes_per_s), std::nullopt);
+  row("FMA loop fp32", Cell::flops(p.fma_flops_per_s.median), p.fma_flops_per_s);
+  if (p.fma_bf16_flops_per_s) {
+    row("FMA loop bf16 pairs", Cell::flops(p.fma_bf16_flops_per_s->median), p.fma_bf16_flops_per_s);
+  }
+  for (const auto& [label, rate] :
+       {std::pair{"GEMM fp32", p.gemm.fp32}, std::pair{"GEMM fp16", p.gemm.fp16},
+        std::pair{"GEMM bf16", p.gemm.bf16}}) {
+    if (rate) {
+      row(label, Cell::flops(rate->median), rate);
+    }
+  }
+  return rows;
+}
+
+/// The figures whose runs disagree beyond the bound, by name.
+std::vector<std::string> disagreeing(const MeasureResult& m) {
+  std::vector<std::string> out;
+  for (const auto& [key, figure] : m.probes.figures()) {
+    if (disagrees(figure)) {
+      out.push_back(fmt::format("{} {:.0f}%", key, relative_spread(figure) * 100));
+    }
+  }
+  for (const KernelMeasurement& k : m.kernels) {
+    if (disagrees(k.time_s)) {
+      out.push_back(fmt::format("{} (heads {}, batch {}, context {}) {:.0f}%", k.name,
+                                k.config.heads, k.config.batch, k.config.context,
+                                relative_spread(k.time_s) * 100));
+    }
+  }
+  return out;
 }
 
 Record describe_kernel(const KernelMeasurement& k) {
@@ -75,7 +148,10 @@ Record describe_kernel(const KernelMeasurement& k) {
   config.value("batch", "batch", Cell::count(k.config.batch));
   config.value("context", "context", Cell::count(k.config.context));
   config.value("query", "query", Cell::count(k.config.query));
-  r.value("time_s", "time", Cell::seconds(k.time_s));
+  r.value("time_s", "time", Cell::seconds(k.time_s.median));
+  r.value("time_spread", "spread", spread_cell(k.time_s), k_tables_only);
+  describe_spread(r.object("time_spread_s", k_json_only), k.time_s,
+                  [](double v) { return Cell::seconds(v); });
   r.value("flops", Cell::flop(k.cost.flops));
   r.value("bytes", Cell::byte_estimate(k.cost.bytes));
   r.value("achieved_bytes_per_s", "achieved B/s", Cell::bytes_per_s(k.achieved_bytes_per_s));
@@ -108,7 +184,7 @@ std::vector<std::string> ratio_notes(const MeasureResult& m) {
   for (std::size_t i = 0; i + 1 < m.kernels.size(); i += 2) {
     const KernelMeasurement& a = m.kernels[i];
     const KernelMeasurement& n = m.kernels[i + 1];
-    double measured = n.time_s / a.time_s;
+    double measured = n.time_s.median / a.time_s.median;
     double predicted = n.predicted_time_s / a.predicted_time_s;
     notes.push_back(fmt::format(
         "heads {}, batch {}, context {}: naive/absorbed measured {:.2f}x, predicted {:.2f}x "
@@ -133,13 +209,23 @@ void render_measurement(Rendered& r, const MeasureResult& m) {
   r.json["probes"] = probes.json();
   r.json["kernels"] = json_of(kernels);
 
-  Table probe_table =
-      fields_of(probes,
-                {"read_bytes_per_s", "copy_bytes_per_s", "triad_bytes_per_s",
-                 "bandwidth_bytes_per_s", "fma_fp32_flops_per_s", "fma_bf16_flops_per_s",
-                 "flops_per_s.fp32", "flops_per_s.fp16", "flops_per_s.bf16"},
-                {"probe", "probe"}, {"rate", "rate"});
+  Table probe_table = table_of(probe_rows(m.probes), {{"probe"}, {"rate"}, {"spread"}});
   probe_table.title = "Probes on " + m.device + " (" + m.backend + ")";
+  std::vector<std::string> noisy = disagreeing(m);
+  if (!noisy.empty()) {
+    std::string names;
+    for (const std::string& n : noisy) {
+      names += (names.empty() ? "" : ", ") + n;
+    }
+    r.warnings.push_back(fmt::format(
+        "the runs of {} figure{} disagree by more than {:.0f}% of the median (max − min): {}; "
+        "the machine was busy or its clocks changed between runs, so rerun on an idle machine "
+        "before calibrating with it",
+        noisy.size(), noisy.size() == 1 ? "" : "s", k_spread_bound * 100, names));
+  }
+  probe_table.notes.push_back(fmt::format(
+      "spread: (max − min) / median of the timed runs; ! beyond {:.0f}% (docs/device-profile.md)",
+      k_spread_bound * 100));
   r.tables.push_back(std::move(probe_table));
 
   std::vector<ColumnRef> shape = {{"name"},
@@ -147,7 +233,7 @@ void render_measurement(Rendered& r, const MeasureResult& m) {
                                   {"config.batch", "", "batch"},
                                   {"config.context", "", "context"}};
   std::vector<ColumnRef> columns = shape;
-  for (const char* key : {"time_s", "achieved_bytes_per_s", "achieved_flops_per_s",
+  for (const char* key : {"time_s", "time_spread", "achieved_bytes_per_s", "achieved_flops_per_s",
                           "predicted_time_s", "roofline_fraction", "max_abs_error", "cos_diff"}) {
     columns.push_back({key});
   }

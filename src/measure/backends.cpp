@@ -122,8 +122,6 @@ void AbsorbedOutput::check_naive(const MlaKernelConfig& c, const std::vector<flo
 
 namespace {
 
-using kernels::median;
-
 /// Timed repeats of each CPU probe and kernel: k_timed_runs, or 3 with --quick.
 unsigned cpu_runs(bool quick) {
   return quick ? 3 : detail::k_timed_runs;
@@ -186,12 +184,13 @@ public:
     p.read_bytes_per_s = bw.read_bytes_per_s;
     p.copy_bytes_per_s = bw.copy_bytes_per_s;
     p.triad_bytes_per_s = bw.triad_bytes_per_s;
-    p.fma_flops_per_s = kernels::measure_fma_flops(m_threads, quick ? 0.05 : 0.25);
+    // The FMA loops run for a time, once: a single run, no spread.
+    double fma = kernels::measure_fma_flops(m_threads, quick ? 0.05 : 0.25);
+    p.fma_flops_per_s = {fma, fma, fma, 1};
     if (double bf16 = kernels::measure_fma_bf16_flops(m_threads, quick ? 0.05 : 0.25); bf16 > 0) {
-      p.fma_bf16_flops_per_s = bf16;
+      p.fma_bf16_flops_per_s = Spread{bf16, bf16, bf16, 1};
     }
-    p.gemm_flops_per_s.fp32 =
-        kernels::measure_gemm_flops(quick ? 512 : 1024, m_threads, cpu_runs(quick));
+    p.gemm.fp32 = kernels::measure_gemm_flops(quick ? 512 : 1024, m_threads, cpu_runs(quick));
     return p;
   }
 
@@ -218,7 +217,7 @@ public:
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     KernelRun r;
-    r.time_s = median(times);
+    r.time_s = kernels::spread_of(times);
     r.max_abs_error = a.max_abs_error;
     r.cos_diff = a.cos_diff;
     return r;
@@ -231,7 +230,9 @@ private:
 
 /// Fixed figures, 80 GiB of memory, and kernel times of 1.25x (absorbed) and 1.4x (naive) the
 /// roofline bound, the naive one in two phases (3/4 decompression): exercises measure,
-/// calibration and reporting without hardware, the same on every machine.
+/// calibration and reporting without hardware, the same on every machine. Each figure's runs
+/// lie within ±2% of it, but the copy probe's and the naive kernel's within ±15%: beyond the
+/// spread bound, so their flags show.
 class FakeBackend final : public MeasureBackend {
 public:
   [[nodiscard]] std::string name() const override { return "fake"; }
@@ -244,26 +245,31 @@ public:
   }
   [[nodiscard]] ProbeResults probe(bool /*quick*/) override {
     ProbeResults p;
-    p.read_bytes_per_s = 1.0e11;
+    p.read_bytes_per_s = steady(1.0e11);
     // Copy and triad above read, as on a CPU with few cores: the ceiling is still the read.
-    p.copy_bytes_per_s = 1.2e11;
-    p.triad_bytes_per_s = 1.1e11;
-    p.fma_flops_per_s = 4.0e12;
-    p.fma_bf16_flops_per_s = 8.0e12;
-    p.gemm_flops_per_s.bf16 = 2.0e12;
-    p.gemm_flops_per_s.fp32 = 1.0e12;
+    p.copy_bytes_per_s = noisy(1.2e11);
+    p.triad_bytes_per_s = steady(1.1e11);
+    p.fma_flops_per_s = steady(4.0e12);
+    p.fma_bf16_flops_per_s = steady(8.0e12);
+    p.gemm.bf16 = steady(2.0e12);
+    p.gemm.fp32 = steady(1.0e12);
     return p;
   }
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool /*quick*/) override {
     KernelCost k = mla_kernel_cost(c, naive, bytes_per_element());
     double bound = std::max(k.flops / 2.0e12, k.bytes / 1.0e11);
     KernelRun r;
-    r.time_s = bound * (naive ? 1.4 : 1.25);
+    double time = bound * (naive ? 1.4 : 1.25);
+    r.time_s = naive ? noisy(time) : steady(time);
     if (naive) {
-      r.phases = {{"decompress", r.time_s * 0.75}, {"attention", r.time_s * 0.25}};
+      r.phases = {{"decompress", time * 0.75}, {"attention", time * 0.25}};
     }
     return r;
   }
+
+private:
+  static Spread steady(double v) { return {v, 0.98 * v, 1.02 * v, detail::k_timed_runs}; }
+  static Spread noisy(double v) { return {v, 0.85 * v, 1.15 * v, detail::k_timed_runs}; }
 };
 
 } // namespace

@@ -67,9 +67,9 @@ public:
       p.triad_bytes_per_s = bw.triad_bytes_per_s;
       p.fma_flops_per_s = gpu::measure_fma_flops(quick ? 5 : k_timed_runs);
       gpu::GemmRates g = gpu::measure_gemm_flops(quick ? 4096 : 8192, quick ? 5 : k_timed_runs);
-      p.gemm_flops_per_s.bf16 = g.bf16;
-      p.gemm_flops_per_s.fp16 = g.fp16;
-      p.gemm_flops_per_s.fp32 = g.fp32;
+      p.gemm.bf16 = g.bf16;
+      p.gemm.fp16 = g.fp16;
+      p.gemm.fp32 = g.fp32;
       return p;
     });
   }
@@ -106,7 +106,7 @@ public:
         }
       }
       KernelRun r;
-      r.time_s = median(totals);
+      r.time_s = kernels::spread_of(totals);
       for (std::size_t k = 0; k < phase_names.size(); ++k) {
         r.phases.push_back({phase_names[k], median(phase_times[k])});
       }

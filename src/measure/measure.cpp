@@ -58,6 +58,43 @@ double mla_inputs_bytes(const MlaKernelConfig& c, double w) {
          b * s * h * (k_dnope + k_dr) * 4;
 }
 
+double relative_spread(const Spread& s) {
+  return s.median > 0 ? (s.max - s.min) / s.median : 0;
+}
+
+bool disagrees(const Spread& s) {
+  return relative_spread(s) > k_spread_bound;
+}
+
+PeakFlops ProbeResults::gemm_flops_per_s() const {
+  PeakFlops p;
+  auto median = [](const std::optional<Spread>& s) -> std::optional<double> {
+    return s ? std::optional<double>(s->median) : std::nullopt;
+  };
+  p.fp32 = median(gemm.fp32);
+  p.fp16 = median(gemm.fp16);
+  p.bf16 = median(gemm.bf16);
+  return p;
+}
+
+std::vector<std::pair<std::string, Spread>> ProbeResults::figures() const {
+  std::vector<std::pair<std::string, Spread>> out{{"read_bytes_per_s", read_bytes_per_s},
+                                                  {"copy_bytes_per_s", copy_bytes_per_s},
+                                                  {"triad_bytes_per_s", triad_bytes_per_s},
+                                                  {"fma_fp32_flops_per_s", fma_flops_per_s}};
+  if (fma_bf16_flops_per_s) {
+    out.emplace_back("fma_bf16_flops_per_s", *fma_bf16_flops_per_s);
+  }
+  for (const auto& [key, rate] : {std::pair{"gemm_fp32_flops_per_s", gemm.fp32},
+                                  std::pair{"gemm_fp16_flops_per_s", gemm.fp16},
+                                  std::pair{"gemm_bf16_flops_per_s", gemm.bf16}}) {
+    if (rate) {
+      out.emplace_back(key, *rate);
+    }
+  }
+  return out;
+}
+
 MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options) {
   // Progress as n/N: the probes, then each kernel run.
   std::size_t total =
@@ -102,11 +139,9 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
 
   say("measuring the bandwidth and compute probes");
   r.probes = backend.probe(options.quick);
-  r.probes.bandwidth_bytes_per_s = r.probes.read_bytes_per_s;
-  double gemm = r.probes.gemm_flops_per_s.fp32.value_or(0);
-  if (r.probes.gemm_flops_per_s.bf16) {
-    gemm = *r.probes.gemm_flops_per_s.bf16;
-  }
+  r.probes.bandwidth_bytes_per_s = r.probes.read_bytes_per_s.median;
+  PeakFlops peaks = r.probes.gemm_flops_per_s();
+  double gemm = peaks.bf16 ? *peaks.bf16 : peaks.fp32.value_or(0);
 
   std::vector<u64> heads = options.heads;
   std::vector<u64> batches = options.batches;
@@ -125,11 +160,11 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
           k.time_s = run.time_s;
           k.phases = run.phases;
           k.cost = mla_kernel_cost(c, naive, backend.bytes_per_element());
-          k.achieved_bytes_per_s = k.cost.bytes / run.time_s;
-          k.achieved_flops_per_s = k.cost.flops / run.time_s;
+          k.achieved_bytes_per_s = k.cost.bytes / run.time_s.median;
+          k.achieved_flops_per_s = k.cost.flops / run.time_s.median;
           k.predicted_time_s = std::max(gemm > 0 ? k.cost.flops / gemm : 0.0,
                                         k.cost.bytes / r.probes.bandwidth_bytes_per_s);
-          k.roofline_fraction = k.predicted_time_s / run.time_s;
+          k.roofline_fraction = k.predicted_time_s / run.time_s.median;
           k.max_abs_error = run.max_abs_error;
           k.cos_diff = run.cos_diff;
           r.kernels.push_back(k);
@@ -147,23 +182,26 @@ DeviceProfile to_device_profile(const MeasureResult& r, std::string file) {
   p.backend = r.backend;
   p.date = r.date;
   p.bandwidth_bytes_per_s = r.probes.bandwidth_bytes_per_s;
-  p.flops_per_s = r.probes.gemm_flops_per_s;
+  p.flops_per_s = r.probes.gemm_flops_per_s();
   std::ostringstream y;
   auto num = [](double v) { return fmt::format("{:.6g}", v); };
+  // One figure's runs: median, extremes, count, and whether they disagree beyond the bound.
+  auto spread = [&](const Spread& s) {
+    return fmt::format("{{median: {}, min: {}, max: {}, runs: {}, spread: {}, disagree: {}}}",
+                       num(s.median), num(s.min), num(s.max), s.runs, num(relative_spread(s)),
+                       disagrees(s) ? "true" : "false");
+  };
   y << "machine:\n  threads: " << r.threads << "\n";
+  y << "spread_bound: " << num(k_spread_bound) << "\n";
   y << "probes:\n";
-  y << "  read_bytes_per_s: " << num(r.probes.read_bytes_per_s) << "\n";
-  y << "  copy_bytes_per_s: " << num(r.probes.copy_bytes_per_s) << "\n";
-  y << "  triad_bytes_per_s: " << num(r.probes.triad_bytes_per_s) << "\n";
-  y << "  fma_fp32_flops_per_s: " << num(r.probes.fma_flops_per_s) << "\n";
-  if (r.probes.fma_bf16_flops_per_s) {
-    y << "  fma_bf16_flops_per_s: " << num(*r.probes.fma_bf16_flops_per_s) << "\n";
+  for (const auto& [key, s] : r.probes.figures()) {
+    y << "  " << key << ": " << spread(s) << "\n";
   }
   y << "kernels:\n";
   for (const auto& k : r.kernels) {
     y << "  - {name: " << k.name << ", heads: " << k.config.heads << ", batch: " << k.config.batch
       << ", context: " << k.config.context << ", query: " << k.config.query
-      << ", time_s: " << num(k.time_s) << ", roofline_fraction: " << num(k.roofline_fraction)
+      << ", roofline_fraction: " << num(k.roofline_fraction) << ", time_s: " << spread(k.time_s)
       << "}\n";
   }
   p.details_yaml = y.str();

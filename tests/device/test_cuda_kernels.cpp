@@ -205,12 +205,14 @@ TEST_CASE("CUDA probes give plausible ceilings", "[cuda][probes]") {
   BandwidthResult bw = cuda::measure_bandwidth(256ULL << 20, 3);
   // 4 bytes of 1.0 per float: the read pass sums to the element count.
   CHECK(bw.checksum == Approx(static_cast<double>(256ULL << 20) / 4).epsilon(1e-3));
-  CHECK(bw.copy_bytes_per_s > 1e11);
-  CHECK(bw.copy_bytes_per_s < 2e13);
+  CHECK(bw.copy_bytes_per_s.median > 1e11);
+  CHECK(bw.copy_bytes_per_s.median < 2e13);
+  CHECK(bw.copy_bytes_per_s.runs == 3);
   cuda::GemmRates g = cuda::measure_gemm_flops(2048, 3);
-  CHECK(g.bf16 > 1e12);
-  CHECK(g.bf16 < 1e16);
-  CHECK(cuda::measure_fma_flops(3) > 1e11);
+  CHECK(g.bf16.median > 1e12);
+  CHECK(g.bf16.median < 1e16);
+  CHECK(g.bf16.min <= g.bf16.max);
+  CHECK(cuda::measure_fma_flops(3).median > 1e11);
 }
 
 TEST_CASE("the cuda measure backend checks, times and reports phases", "[cuda][measure]") {
@@ -223,9 +225,9 @@ TEST_CASE("the cuda measure backend checks, times and reports phases", "[cuda][m
   MeasureResult r = run_measure(*backend, o);
   REQUIRE(r.kernels.size() == 2);
   for (const auto& k : r.kernels) {
-    CHECK(k.time_s > 0);
+    CHECK(k.time_s.median > 0);
     CHECK(k.cos_diff <= 1e-5);
     CHECK_FALSE(k.phases.empty());
   }
-  CHECK(r.probes.gemm_flops_per_s.bf16.has_value());
+  CHECK(r.probes.gemm.bf16.has_value());
 }

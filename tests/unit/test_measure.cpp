@@ -118,17 +118,58 @@ TEST_CASE("the roofline bound of a kernel uses the read probe as its memory ceil
   options.batches = {8};
   options.contexts = {4096};
   MeasureResult r = run_measure(*backend, options);
-  REQUIRE(r.probes.copy_bytes_per_s > r.probes.read_bytes_per_s);
-  CHECK(r.probes.bandwidth_bytes_per_s == r.probes.read_bytes_per_s);
+  REQUIRE(r.probes.copy_bytes_per_s.median > r.probes.read_bytes_per_s.median);
+  CHECK(r.probes.bandwidth_bytes_per_s == r.probes.read_bytes_per_s.median);
   REQUIRE(r.kernels.size() == 2);
   const KernelMeasurement& absorbed = r.kernels[0];
   CHECK(absorbed.name == "mla_decode.absorbed");
   // Memory-bound: 38,016,000 B at the read rate, far above 73.4 MFLOP at the GEMM rate.
-  CHECK(absorbed.predicted_time_s == Approx(38'016'000.0 / r.probes.read_bytes_per_s));
+  CHECK(absorbed.predicted_time_s == Approx(38'016'000.0 / r.probes.read_bytes_per_s.median));
   // The fake backend times the absorbed kernel at 1.25x its bound at the read rate.
   CHECK(absorbed.roofline_fraction == Approx(0.8));
   // The profile `measure --out` writes carries the same ceiling, read back as the roofline does.
   DeviceProfile written =
       parse_device_profile(device_profile_yaml(to_device_profile(r, "fake.yaml")), "fake.yaml");
-  CHECK(written.bandwidth_bytes_per_s == Approx(r.probes.read_bytes_per_s));
+  CHECK(written.bandwidth_bytes_per_s == Approx(r.probes.read_bytes_per_s.median));
+}
+
+TEST_CASE("every measured figure keeps its runs' spread, flagged beyond the bound",
+          "[measure][spread]") {
+  Spread s = kernels::spread_of({3.0, 1.0, 2.0, 4.0});
+  CHECK(s.median == 3.0); // the upper middle of an even count
+  CHECK(s.min == 1.0);
+  CHECK(s.max == 4.0);
+  CHECK(s.runs == 4);
+  CHECK(relative_spread(s) == Approx(1.0));
+  // A rate's slowest run is its lowest.
+  Spread rate = kernels::rate_of(8.0, kernels::spread_of({1.0, 2.0, 4.0}));
+  CHECK(rate.median == 4.0);
+  CHECK(rate.min == 2.0);
+  CHECK(rate.max == 8.0);
+  CHECK_FALSE(disagrees({1.0, 0.951, 1.049, 10}));
+  CHECK(disagrees({1.0, 0.94, 1.05, 10}));
+  CHECK_FALSE(disagrees({1.0, 1.0, 1.0, 1}));
+
+  // The fake backend's copy probe and naive kernel disagree by 30%, the rest by 4%.
+  auto backend = make_measure_backend("fake");
+  MeasureOptions options;
+  options.heads = {1};
+  options.batches = {8};
+  options.contexts = {4096};
+  MeasureResult r = run_measure(*backend, options);
+  CHECK(disagrees(r.probes.copy_bytes_per_s));
+  CHECK_FALSE(disagrees(r.probes.read_bytes_per_s));
+  CHECK_FALSE(disagrees(r.kernels[0].time_s));
+  CHECK(disagrees(r.kernels[1].time_s));
+  // The profile records every figure's runs, and the bandwidth ceiling is the read median.
+  DeviceProfile p = to_device_profile(r, "fake.yaml");
+  CHECK_THAT(p.details_yaml, Catch::Contains("spread_bound: 0.1\n"));
+  CHECK_THAT(p.details_yaml,
+             Catch::Contains("copy_bytes_per_s: {median: 1.2e+11, min: 1.02e+11, max: 1.38e+11, "
+                             "runs: 10, spread: 0.3, disagree: true}"));
+  CHECK_THAT(p.details_yaml, Catch::Contains("read_bytes_per_s: {median: 1e+11, min: 9.8e+10, "
+                                             "max: 1.02e+11, runs: 10, spread: 0.04, "
+                                             "disagree: false}"));
+  DeviceProfile back = parse_device_profile(device_profile_yaml(p), "fake.yaml");
+  CHECK(back.bandwidth_bytes_per_s == Approx(1e11));
 }

@@ -5,10 +5,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include <kvcalc/kernels/cpu/probes.hpp>
 #include <kvcalc/roofline/roofline.hpp>
 
 namespace kvcalc::measure {
@@ -43,10 +46,22 @@ struct KernelPhase {
   double time_s = 0;
 };
 
+using kernels::Spread;
+
+/// Runs of a figure disagree beyond this, (max − min) / median: 10%. Such a figure is flagged
+/// in the table, the JSON and the profile (docs/device-profile.md).
+inline constexpr double k_spread_bound = 0.10;
+
+/// (max − min) / median; 0 for a single run.
+[[nodiscard]] double relative_spread(const Spread& s);
+
+/// Whether a figure's runs disagree beyond k_spread_bound.
+[[nodiscard]] bool disagrees(const Spread& s);
+
 struct KernelMeasurement {
   std::string name; ///< "mla_decode.absorbed", "mla_decode.naive"
   MlaKernelConfig config;
-  double time_s = 0;
+  Spread time_s; ///< of the timed runs
   std::vector<KernelPhase> phases;
   KernelCost cost;
   double achieved_bytes_per_s = 0;
@@ -57,23 +72,35 @@ struct KernelMeasurement {
   double cos_diff = 0;
 };
 
+/// GEMM rates per input dtype, where measured.
+struct GemmSpreads {
+  std::optional<Spread> fp32;
+  std::optional<Spread> fp16;
+  std::optional<Spread> bf16;
+};
+
 struct ProbeResults {
-  double read_bytes_per_s = 0;
-  double copy_bytes_per_s = 0;
-  double triad_bytes_per_s = 0;
+  Spread read_bytes_per_s;
+  Spread copy_bytes_per_s;
+  Spread triad_bytes_per_s;
   /// The roofline's memory ceiling: the read probe. What the roofline times when memory-bound
   /// (decode, the absorbed kernel) reads memory; copy and triad add a write stream, which on
   /// some machines (a few CPU cores) moves more bytes per second than reads alone ever can.
   double bandwidth_bytes_per_s = 0;
-  double fma_flops_per_s = 0; ///< fp32 FMA loop
+  Spread fma_flops_per_s; ///< fp32 FMA loop
   /// bf16 pair dot products into fp32 (a CPU with AVX512-BF16); none where not measured.
-  std::optional<double> fma_bf16_flops_per_s;
-  device::PeakFlops gemm_flops_per_s; ///< GEMM per dtype (fp32 on the CPU)
+  std::optional<Spread> fma_bf16_flops_per_s;
+  GemmSpreads gemm; ///< GEMM per dtype (fp32 on the CPU)
+
+  /// The GEMM medians: the roofline's compute ceilings.
+  [[nodiscard]] device::PeakFlops gemm_flops_per_s() const;
+  /// Every figure by its profile key ("read_bytes_per_s", "gemm_bf16_flops_per_s", ...).
+  [[nodiscard]] std::vector<std::pair<std::string, Spread>> figures() const;
 };
 
 /// What one kernel run returned.
 struct KernelRun {
-  double time_s = 0;
+  Spread time_s;
   std::vector<KernelPhase> phases; ///< empty when the backend times the kernel as one piece
   double max_abs_error = 0;
   double cos_diff = 0;

@@ -6,11 +6,26 @@
 
 namespace kvcalc::kernels {
 
+/// Repeated runs of one figure: the median people read, and the extremes that say how far the
+/// runs disagree.
+struct Spread {
+  double median = 0;
+  double min = 0;
+  double max = 0;
+  unsigned runs = 0;
+};
+
+/// The spread of a non-empty vector of samples (the median the upper middle for an even count).
+[[nodiscard]] Spread spread_of(std::vector<double> values);
+
+/// `work` per second over runs that took `seconds`: the slowest run gives the lowest rate.
+[[nodiscard]] Spread rate_of(double work, const Spread& seconds);
+
 struct BandwidthResult {
-  double read_bytes_per_s = 0;  ///< sum of one array
-  double copy_bytes_per_s = 0;  ///< b = a: read + write counted
-  double triad_bytes_per_s = 0; ///< a = b + s·c: two reads + one write counted
-  double checksum = 0;          ///< keeps every pass observable
+  Spread read_bytes_per_s;  ///< sum of one array
+  Spread copy_bytes_per_s;  ///< b = a: read + write counted
+  Spread triad_bytes_per_s; ///< a = b + s·c: two reads + one write counted
+  double checksum = 0;      ///< keeps every pass observable
 };
 
 /// Arrays of `bytes_per_array` bytes of floats split over `threads`; the median of `repeats`
@@ -27,8 +42,8 @@ struct BandwidthResult {
 /// 0 where it does not (KVCALC_SIMD_BF16_PAIRS).
 [[nodiscard]] double measure_fma_bf16_flops(unsigned threads, double seconds_per_thread);
 
-/// FP32 FLOP/s of an n × n × n GEMM (Eigen), one product per thread; the median of `repeats`.
-[[nodiscard]] double measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats);
+/// FP32 FLOP/s of an n × n × n GEMM (Eigen), one product per thread, over `repeats` runs.
+[[nodiscard]] Spread measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats);
 
 /// The median of a non-empty vector of timings (the upper middle for an even count).
 [[nodiscard]] double median(std::vector<double> values);

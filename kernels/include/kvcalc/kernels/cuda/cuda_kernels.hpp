@@ -39,14 +39,14 @@ struct DeviceInfo {
 /// memory; the median of `repeats` timed passes after a warm-up, bytes read + written counted.
 [[nodiscard]] BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned repeats);
 
-/// FP32 FLOP/s of independent FMA chains in registers over the whole GPU (median of repeats).
-[[nodiscard]] double measure_fma_flops(unsigned repeats);
+/// FP32 FLOP/s of independent FMA chains in registers over the whole GPU, over `repeats` runs.
+[[nodiscard]] Spread measure_fma_flops(unsigned repeats);
 
-/// cuBLAS n × n × n GEMM rates on random data, 2·n³ FLOPs, median of `repeats`.
+/// cuBLAS n × n × n GEMM rates on random data, 2·n³ FLOPs, over `repeats` runs.
 struct GemmRates {
-  double bf16 = 0; ///< bf16 inputs, fp32 accumulate (tensor cores)
-  double fp16 = 0; ///< fp16 inputs, fp32 accumulate (tensor cores)
-  double fp32 = 0; ///< SGEMM without TF32
+  Spread bf16; ///< bf16 inputs, fp32 accumulate (tensor cores)
+  Spread fp16; ///< fp16 inputs, fp32 accumulate (tensor cores)
+  Spread fp32; ///< SGEMM without TF32
 };
 [[nodiscard]] GemmRates measure_gemm_flops(std::uint64_t n, unsigned repeats);
 
