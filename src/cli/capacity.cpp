@@ -318,7 +318,7 @@ void write_plot(const std::string& path, const std::vector<Scenario>& scenarios,
     throw DoesNotFit("--plot: no scenario holds one sequence of 1k tokens; there is nothing to "
                      "draw");
   }
-  write_text_file(path, render_svg({chart}));
+  write_text_file(path, render_svg({chart}), "--plot");
 }
 
 int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err) {

@@ -152,7 +152,7 @@ std::optional<DeviceProfile> read_ceilings(const CeilingOptions& c, const Parall
   std::string source = c.save_profile.empty() ? "(measured now)" : c.save_profile;
   DeviceProfile measured = to_device_profile(run_measure(*backend, options), source);
   if (!c.save_profile.empty()) {
-    write_text_file(c.save_profile, device_profile_yaml(measured));
+    write_text_file(c.save_profile, device_profile_yaml(measured), "--save-profile");
     err << "kvcalc: wrote " << c.save_profile << '\n';
   }
   return measured;

@@ -519,7 +519,7 @@ int print_or_write(const std::string& text, const std::string& file, std::ostrea
   if (file.empty()) {
     out << text;
   } else {
-    write_text_file(file, text);
+    write_text_file(file, text, "-o");
   }
   return 0;
 }

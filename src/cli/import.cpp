@@ -40,7 +40,7 @@ int run_import(const ImportArgs& args, std::ostream& out, std::ostream& err) {
     out << yaml;
     return 0;
   }
-  write_text_file(args.file, yaml);
+  write_text_file(args.file, yaml, "-o");
   err << "kvcalc: wrote " << args.file << " (" << m.name << ")\n";
   return 0;
 }

@@ -270,7 +270,8 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
   auto backend = make_measure_backend(args.backend);
   MeasureResult m = run_measure(*backend, measure_options(args, backend->name(), err));
   if (!args.profile.empty()) {
-    write_text_file(args.profile, device_profile_yaml(to_device_profile(m, args.profile)));
+    write_text_file(args.profile, device_profile_yaml(to_device_profile(m, args.profile)),
+                    "--profile");
     err << "kvcalc: wrote " << args.profile << '\n';
   }
   Rendered r;

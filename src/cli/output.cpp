@@ -86,7 +86,7 @@ void emit(Rendered& result, const OutputOptions& options, std::ostream& out, std
     out << text;
     return;
   }
-  write_text_file(options.file, text);
+  write_text_file(options.file, text, "-o");
 }
 
 void describe_peak_flops(report::Record& into, const PeakFlops& flops,

@@ -166,7 +166,8 @@ int run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err) {
                           {"actual_text"},
                           {"passed"}});
   if (!args.report.empty()) {
-    write_text_file(args.report, plan_report(args.file, results, notes), true);
+    write_text_file(args.report, plan_report(args.file, results, notes), "--report",
+                    WriteMode::append);
     err << "kvcalc: appended the report to " << args.report << '\n';
   }
   emit(r, args.output, out, err);

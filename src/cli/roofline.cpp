@@ -191,7 +191,7 @@ void write_plot(const std::string& path, const std::vector<Scenario>& scenarios)
     charts.push_back(std::move(throughput));
     charts.push_back(std::move(latency));
   }
-  write_text_file(path, render_svg(chart, charts));
+  write_text_file(path, render_svg(chart, charts), "--plot");
 }
 
 /// What the command line asks, checked, with the ceilings: read or measured.
@@ -339,7 +339,7 @@ void write_crossover_plot(const std::string& path, const std::vector<Crossover>&
     chart.series.push_back(std::move(absorbed));
     chart.series.push_back(std::move(naive));
   }
-  write_text_file(path, render_svg({chart}));
+  write_text_file(path, render_svg({chart}), "--plot");
 }
 
 Record describe_op(const Op& o, double step_s) {

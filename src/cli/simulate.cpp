@@ -4,8 +4,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <ostream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -210,7 +212,7 @@ void write_plot(const std::string& path, const std::vector<const Scenario*>& sce
     throughput.series.push_back(std::move(tps));
   }
   throughput.title = fmt::format("Throughput over time (moving average over {:.3g} s)", window);
-  write_text_file(path, render_svg({occupancy, throughput}));
+  write_text_file(path, render_svg({occupancy, throughput}), "--plot");
 }
 
 /// A token length given where the result file goes: `--output 256` as the old spelling of
@@ -297,6 +299,9 @@ ParallelOptions pool_options(const std::string& spec, const std::string& flag,
 /// The command line read and checked: all that a run needs before a model is loaded.
 struct SimulateInputs {
   bool trace = false;
+  /// A trace that comes through a pipe, read once and replayed from memory for every scenario
+  /// (a file is read again for each).
+  std::optional<std::string> piped_trace;
   Workload workload;                        ///< a synthetic run's
   std::vector<std::optional<double>> rates; ///< one empty entry for a trace or a burst
   Efficiency efficiency;
@@ -329,6 +334,15 @@ SimulateInputs read_inputs(const SimulateArgs& args, std::ostream& err) {
       if (given) {
         throw InputError(std::string("--trace replays its own requests; drop ") + flag);
       }
+    }
+    // Checked and noted as an input now, before any output is opened.
+    std::error_code ec;
+    auto kind = std::filesystem::status(args.trace, ec);
+    if (std::filesystem::exists(kind) && !std::filesystem::is_regular_file(kind) &&
+        !std::filesystem::is_directory(kind)) {
+      in.piped_trace = read_text_file(args.trace);
+    } else {
+      (void)open_input_file(args.trace);
     }
   } else {
     in.workload = synthetic_workload(args);
@@ -398,18 +412,14 @@ SimulateInputs read_inputs(const SimulateArgs& args, std::ostream& err) {
 /// (a full disk ends the run then, not after the whole simulation).
 class TimelineFile {
 public:
-  explicit TimelineFile(std::string path) : m_path(std::move(path)) {
-    if (m_path.empty()) {
+  explicit TimelineFile(const std::string& path) {
+    if (path.empty()) {
       return;
     }
-    errno = 0; // write_error reports what the open sets
-    m_file.emplace(m_path, std::ios::binary);
-    if (!*m_file) {
-      throw write_error(m_path, errno);
-    }
-    *m_file << "model,gpu,tp,rate_per_s,step,start_s,duration_s,running,waiting,"
-               "decode_tokens,prefill_tokens,kv_blocks_used,kv_occupancy,preemptions,"
-               "completed\n";
+    m_file.emplace(path, "--timeline");
+    m_file->stream() << "model,gpu,tp,rate_per_s,step,start_s,duration_s,running,waiting,"
+                        "decode_tokens,prefill_tokens,kv_blocks_used,kv_occupancy,preemptions,"
+                        "completed\n";
   }
 
   /// What the simulator calls after each step of `s` (nothing without a file).
@@ -420,33 +430,29 @@ public:
     std::string prefix = fmt::format("{},{},{},{},", s.model, s.gpu, s.config.step.parallel.tp,
                                      s.rate ? fmt::format("{}", *s.rate) : std::string());
     return [this, prefix](const StepRecord& step) {
-      errno = 0;
-      *m_file << prefix
-              << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", step.step, step.start_s,
-                             step.duration_s, step.running, step.waiting, step.decode_tokens,
-                             step.prefill_tokens, step.blocks_used, step.kv_occupancy,
-                             step.preemptions, step.completed);
-      if (!*m_file) {
-        throw write_error(m_path, errno);
+      std::ostream& out = m_file->stream();
+      out << prefix
+          << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", step.step, step.start_s,
+                         step.duration_s, step.running, step.waiting, step.decode_tokens,
+                         step.prefill_tokens, step.blocks_used, step.kv_occupancy, step.preemptions,
+                         step.completed);
+      if (!out) {
+        m_file->commit(); // says why the write failed
       }
     };
   }
 
+  /// Renames the complete timeline over its file; a run that fails before leaves none.
   void close(std::ostream& err) {
     if (!m_file) {
       return;
     }
-    errno = 0;
-    m_file->flush();
-    if (!*m_file) {
-      throw write_error(m_path, errno);
-    }
-    err << "kvcalc: wrote " << m_path << '\n';
+    m_file->commit();
+    err << "kvcalc: wrote " << m_file->path() << '\n';
   }
 
 private:
-  std::string m_path;
-  std::optional<std::ofstream> m_file;
+  std::optional<OutputFile> m_file;
 };
 
 /// The instance `request` sizes, or why it does not fit.
@@ -479,11 +485,12 @@ std::variant<SimConfig, std::string> instance_of(const CapacityRequest& request,
 /// The requests of one run: the trace, or the synthetic workload at `rate`.
 std::unique_ptr<RequestSource> open_source(const SimulateArgs& args, const SimulateInputs& in,
                                            std::optional<double> rate,
-                                           std::unique_ptr<std::ifstream>& file) {
+                                           std::unique_ptr<std::istream>& file) {
   if (in.trace) {
-    file = std::make_unique<std::ifstream>(args.trace, std::ios::binary);
-    if (!*file) {
-      throw InputError("cannot open '" + args.trace + "': no such file, or it is not readable");
+    if (in.piped_trace) {
+      file = std::make_unique<std::istringstream>(*in.piped_trace);
+    } else {
+      file = std::make_unique<std::ifstream>(open_input_file(args.trace));
     }
     return std::make_unique<TraceReader>(*file, args.trace);
   }
@@ -571,7 +578,7 @@ std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& 
       s.label = s.model + " P " + group_digits(pc.parallel.gpus) + " / D " +
                 group_digits(dc.parallel.gpus) +
                 (rate && in.rates.size() > 1 ? fmt::format(" @ {:g}/s", *rate) : "");
-      std::unique_ptr<std::ifstream> file;
+      std::unique_ptr<std::istream> file;
       auto source = open_source(args, in, rate, file);
       DisaggregatedResult run =
           simulate_disaggregated(s.pools->prefill, s.config, s.pools->transfer, *source);
@@ -643,7 +650,7 @@ std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInpu
                      ? " " + s.gpu + " tp " + std::to_string(s.config.step.parallel.tp)
                      : "") +
                 (rate && in.rates.size() > 1 ? fmt::format(" @ {:g}/s", *rate) : "");
-      std::unique_ptr<std::ifstream> file;
+      std::unique_ptr<std::istream> file;
       auto source = open_source(args, in, rate, file);
       s.result = simulate(s.config, *source, timeline.rows_of(s));
       warn_overload(s, warnings);
@@ -1019,7 +1026,7 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
                   std::to_string(base.config.step.parallel.tp) + ")");
     u64 gpus = base.config.step.parallel.tp * base.config.step.parallel.pp;
     auto run_at = [&](std::optional<double> rate) {
-      std::unique_ptr<std::ifstream> file;
+      std::unique_ptr<std::istream> file;
       auto source = open_source(args, in, rate, file);
       return simulate(base.config, *source);
     };

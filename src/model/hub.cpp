@@ -42,7 +42,7 @@ std::filesystem::path hf_home() {
 
 #if defined(KVCALC_HAVE_CURL)
 /// The bytes of a reply, capped: a config is kilobytes, never this.
-constexpr std::size_t k_max_reply_bytes = 16u << 20;
+constexpr std::size_t k_max_reply_bytes = k_max_input_bytes; // as a file on disk
 
 std::size_t collect(char* data, std::size_t size, std::size_t count, void* out) {
   auto* text = static_cast<std::string*>(out);

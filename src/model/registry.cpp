@@ -240,10 +240,12 @@ SiblingReader snapshot_siblings(const std::filesystem::path& snapshot, Diagnosti
 Model load_model(std::string_view spec, Diagnostics& diagnostics) {
   std::string path(spec);
   std::error_code ec;
-  if (std::filesystem::is_regular_file(path, ec)) {
+  auto kind = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(kind) && !std::filesystem::is_directory(kind)) {
+    // A file, or a pipe (`<(cat model.yaml)`): read_text_file bounds what it reads.
     return parse_model_document(read_text_file(path), path, diagnostics);
   }
-  if (std::filesystem::is_directory(path, ec)) {
+  if (std::filesystem::is_directory(kind)) {
     // An HF snapshot folder (a download, or the cache's snapshots/<commit>).
     std::filesystem::path config = std::filesystem::path(path) / "config.json";
     if (!std::filesystem::is_regular_file(config, ec)) {

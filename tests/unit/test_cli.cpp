@@ -6,6 +6,9 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
+
+#include <sys/stat.h>
 
 #include <kvcalc/cli/app.hpp>
 #include <kvcalc/core/error.hpp>
@@ -632,5 +635,34 @@ TEST_CASE("capacity and the MLA crossover draw their plots", "[cli][plot]") {
   svg = slurp(crossover);
   CHECK(svg.find("absorbed: deepseek-v3 on h200,") != std::string::npos);
   CHECK(svg.find("naive: deepseek-v3 on h200,") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a piped trace and a piped model are read like files, once", "[cli][sim][pipe]") {
+  auto dir = temp_dir() / "pipes";
+  std::filesystem::create_directories(dir);
+  std::string trace =
+      slurp(std::filesystem::path(KVCALC_SOURCE_DIR) / "tests/data/traces/requests.csv");
+  std::string fifo = (dir / "trace").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // A pipe can be read once: both models replay what it held.
+  std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << trace; });
+  Run r = invoke({"simulate", "llama-3.1-8b", "llama-3.1-70b", "--gpu", "h100", "--gpus", "8",
+                  "--tp", "8", "--trace", fifo, "--format", "csv"});
+  writer.join();
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("\nllama-3.1-8b,h100-sxm,8,8,vllm,,282404,16,40,40,") != std::string::npos);
+  CHECK(r.out.find("\nllama-3.1-70b,h100-sxm,8,8,vllm,") != std::string::npos);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 3); // the header and two full runs
+  std::string model = (dir / "model").string();
+  REQUIRE(::mkfifo(model.c_str(), 0600) == 0);
+  std::thread feeder([&] {
+    std::ofstream(model, std::ios::binary)
+        << slurp(std::filesystem::path(KVCALC_SOURCE_DIR) / "models/llama-3.1-8b.yaml");
+  });
+  Run m = invoke({"footprint", model, "--context", "4k"});
+  feeder.join();
+  CHECK(m.code == 0);
+  CHECK(m.out.find("131,072 B") != std::string::npos);
   std::filesystem::remove_all(dir);
 }

@@ -1,7 +1,16 @@
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <kvcalc/core/checked.hpp>
 #include <kvcalc/core/dtype.hpp>
+#include <kvcalc/core/file.hpp>
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
@@ -112,4 +121,101 @@ TEST_CASE("fractions are checked against their range", "[core][units]") {
                     Catch::Contains("expected a number from 0 to 1"));
   CHECK_THROWS_AS(parse_fraction("nan", "--x", 0, 1), InputError);
   CHECK_THROWS_AS(parse_fraction("0.5x", "--x", 0, 1), InputError);
+}
+
+namespace {
+
+/// A fresh folder under the system's temporary one, removed with the object.
+struct Scratch {
+  std::filesystem::path dir;
+  explicit Scratch(const std::string& name)
+      : dir(std::filesystem::temp_directory_path() /
+            ("kvcalc-" + name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~Scratch() { std::filesystem::remove_all(dir); }
+  [[nodiscard]] std::string file(const std::string& name, const std::string& text) const {
+    std::string path = (dir / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+  [[nodiscard]] std::size_t entries() const {
+    return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator(dir),
+                                                  std::filesystem::directory_iterator()));
+  }
+};
+
+/// A file's text, read without noting it as an input.
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+} // namespace
+
+TEST_CASE("an output is written beside its target and renamed over it when complete",
+          "[core][file]") {
+  Scratch s("output");
+  std::string target = s.file("report.json", "old");
+  ::chmod(target.c_str(), 0640);
+  {
+    OutputFile out(target, "-o");
+    out.stream() << "new";
+    CHECK(slurp(target) == "old"); // untouched until commit
+    CHECK(s.entries() == 2);       // the target and its temporary
+  }
+  CHECK(slurp(target) == "old"); // destroyed without commit: the old file stays
+  CHECK(s.entries() == 1);       // and the temporary is gone
+  write_text_file(target, "new", "-o");
+  CHECK(slurp(target) == "new");
+  struct stat st {};
+  REQUIRE(::stat(target.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0640); // the replaced file's mode is kept
+  // Through a link, the file it names is written and the link stays a link.
+  std::filesystem::create_symlink(target, s.dir / "link.json");
+  write_text_file((s.dir / "link.json").string(), "linked", "-o");
+  CHECK(std::filesystem::is_symlink(s.dir / "link.json"));
+  CHECK(slurp(target) == "linked");
+  write_text_file(target, " more", "--report", WriteMode::append);
+  CHECK(slurp(target) == "linked more");
+}
+
+TEST_CASE("no output replaces a file the run read, by any name", "[core][file]") {
+  Scratch s("inputs");
+  std::string trace = s.file("trace.csv", "arrival_s,prompt_tokens,output_tokens\n0,1,1\n");
+  std::filesystem::create_symlink(trace, s.dir / "alias.csv");
+  (void)read_text_file((s.dir / "alias.csv").string());
+  CHECK_THROWS_WITH(OutputFile(trace, "--timeline"),
+                    Catch::Contains("--timeline would write") &&
+                        Catch::Contains("which this run reads as") && Catch::Contains("alias.csv"));
+  CHECK_THROWS_AS(write_text_file(trace, "x", "-o", WriteMode::append), InputError);
+  CHECK(slurp(trace) == "arrival_s,prompt_tokens,output_tokens\n0,1,1\n");
+  // An input read after the output was opened is caught when it is committed.
+  std::string late = s.file("late.yaml", "a: 1\n");
+  OutputFile out(late, "--profile");
+  out.stream() << "b: 2\n";
+  (void)read_text_file(late);
+  CHECK_THROWS_WITH(out.commit(), Catch::Contains("--profile would write"));
+  CHECK(slurp(late) == "a: 1\n");
+}
+
+TEST_CASE("inputs are files or pipes of bounded size, never folders", "[core][file]") {
+  Scratch s("reads");
+  CHECK_THROWS_WITH(read_text_file(s.dir.string()), Catch::Contains("is a folder, not a file"));
+  CHECK_THROWS_WITH(read_text_file((s.dir / "missing").string()), Catch::Contains("no such file"));
+  // A regular file over the limit is refused before it is read (a sparse file: no disk used).
+  std::string big = s.file("big.json", "");
+  std::filesystem::resize_file(big, k_max_input_bytes + 1);
+  CHECK_THROWS_WITH(read_text_file(big), Catch::Contains("more than the 16 MiB"));
+  // A device with no end is read to the limit, not forever.
+  CHECK_THROWS_WITH(read_text_file("/dev/zero"), Catch::Contains("more than the 16 MiB"));
+  // A pipe is read whole.
+  std::string fifo = (s.dir / "pipe").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::thread writer([&] { std::ofstream(fifo) << "through a pipe"; });
+  CHECK(read_text_file(fifo) == "through a pipe");
+  writer.join();
 }
