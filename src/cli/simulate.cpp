@@ -499,6 +499,24 @@ std::unique_ptr<RequestSource> open_source(const SimulateArgs& args, const Simul
   return std::make_unique<SyntheticSource>(w);
 }
 
+/// A run in which nothing arrived measures nothing: the trace holds no request, or the
+/// workload's stop comes before its first arrival.
+void require_arrivals(const SimResult& x, const SimulateArgs& args, const SimulateInputs& in,
+                      std::optional<double> rate) {
+  if (x.requests_arrived > 0) {
+    return;
+  }
+  if (in.trace) {
+    throw InputError("'" + args.trace +
+                     "' holds no request, only its header: add a row per "
+                     "request (arrival_s,prompt_tokens,output_tokens)");
+  }
+  throw InputError(fmt::format(
+      "no request arrives: the workload stops after {:g} s, before its first arrival at {:g} "
+      "requests/s; lengthen --duration, raise --rate, or give --requests",
+      in.workload.duration_s.value_or(0), rate.value_or(in.workload.rate)));
+}
+
 /// Whether the scenario's arrivals outran it (its queue grew through the run).
 bool overloaded(const SimResult& x) {
   return x.queue_growth && *x.queue_growth >= k_overload_queue_growth && offered_rate(x) > 0;
@@ -583,6 +601,7 @@ std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& 
       DisaggregatedResult run =
           simulate_disaggregated(s.pools->prefill, s.config, s.pools->transfer, *source);
       s.result = run.requests;
+      require_arrivals(s.result, args, in, rate);
       s.pools->prefill_run = std::move(run.prefill);
       s.pools->decode_run = std::move(run.decode);
       s.pools->transfers = run.transfer;
@@ -653,6 +672,7 @@ std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInpu
       std::unique_ptr<std::istream> file;
       auto source = open_source(args, in, rate, file);
       s.result = simulate(s.config, *source, timeline.rows_of(s));
+      require_arrivals(s.result, args, in, rate);
       warn_overload(s, warnings);
       warn_rejected(s, warnings);
       scenarios.push_back(std::move(s));

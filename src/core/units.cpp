@@ -165,7 +165,11 @@ u64 parse_bytes(std::string_view raw, std::string_view what) {
       fraction = fraction * 10 + static_cast<u64>(c - '0');
       denominator *= 10;
     }
-    // fraction < 10^6 and scale ≤ 2^40, so the product fits.
+    // fraction < 10^6 and scale ≤ 2^40, so the product fits. A part of a byte, with no unit or
+    // B, is a slip ("1.5" meant 1.5 GiB), not a size; with a larger unit it is rounded down.
+    if (found->scale == 1 && fraction != 0) {
+      return fail("not a whole number of bytes (a unit is missing? 1.5GiB)");
+    }
     u64 part = checked_mul(fraction, found->scale) / denominator;
     return checked_add(checked_mul(whole, found->scale), part);
   } catch (const OverflowError&) {

@@ -12,15 +12,65 @@
 
 namespace kvcalc::detail {
 
+namespace {
+
+/// The line (1-based) where a second YAML document starts, 0 when there is none. A line that
+/// begins with `---` is always a document marker, so no scalar can hide one; a first `---`
+/// before any content opens the first document. yaml-cpp's LoadAll is not used: it loops
+/// forever on some malformed input.
+std::size_t second_document_line(const std::string& text) {
+  bool content = false;
+  bool second = false;
+  std::size_t second_line = 0;
+  std::size_t line = 0;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find('\n', start);
+    std::string_view l(text.data() + start, (end == std::string::npos ? text.size() : end) - start);
+    ++line;
+    bool marker =
+        l.starts_with("---") && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r');
+    std::string_view rest = marker ? l.substr(3) : l;
+    std::size_t first = rest.find_first_not_of(" \t\r");
+    bool has_content = first != std::string_view::npos && rest[first] != '#' &&
+                       !(rest.starts_with("%") && !marker);
+    if (marker && content && !second) {
+      second = true;
+      second_line = line;
+    }
+    if (has_content && !(l.starts_with("...") && !marker)) {
+      if (second) {
+        return second_line;
+      }
+      content = true;
+    }
+    if (end == std::string::npos) {
+      break;
+    }
+    start = end + 1;
+  }
+  return 0;
+}
+
+} // namespace
+
 YAML::Node parse_yaml(const std::string& text, const std::string& file) {
+  YAML::Node root;
   try {
-    return YAML::Load(text);
+    root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     throw InputError(SourceLocation{file, e.mark.line + 1, e.mark.column + 1},
                      "syntax error: " + e.msg);
   } catch (const YAML::Exception& e) {
     throw InputError(SourceLocation{file, 0, 0}, "cannot parse: " + e.msg);
   }
+  if (std::size_t line = second_document_line(text); line > 0) {
+    throw InputError(
+        SourceLocation{file, static_cast<int>(std::min<std::size_t>(line, 1 << 30)), 1},
+        "a second YAML document ('---'): kvcalc reads one document per file; put "
+        "each in its own file");
+  }
+  return root;
 }
 
 SourceLocation location_of(const YAML::Node& node, const std::string& file) {
@@ -200,6 +250,11 @@ std::optional<double> MapReader::device_rate(std::string_view key) const {
                   " is not a device's rate: the unit is per second (bytes or FLOP), so an H200 "
                   "reads 4.8e12 B/s and computes 989e12 bf16 FLOP/s; kvcalc takes at least 1e6 "
                   "(leave a dtype the device lacks out)");
+  }
+  if (value && *value > k_max_device_rate) {
+    fail(key, "'" + path_of(key) + "' = " + *text(key) +
+                  " is beyond any device: kvcalc takes at most 1e18 per second (an H200 reads "
+                  "4.8e12 B/s and computes 989e12 bf16 FLOP/s)");
   }
   return value;
 }

@@ -49,6 +49,9 @@ private:
 
 /// The smallest rate a device file may give, per second: 1e6 (a megabyte or a megaFLOP).
 inline constexpr double k_min_device_rate = 1e6;
+/// The largest: 1e18 per second, a thousand times the fastest GPU's fp4 rate. Above it a number
+/// is a slip (an exponent too many), and the times it gives round to nothing.
+inline constexpr double k_max_device_rate = 1e18;
 
 /// Reads the keys of one YAML map, with the errors of docs/model-format.md.
 class MapReader {

@@ -4,6 +4,7 @@
 
 #include <kvcalc/core/file.hpp>
 #include <kvcalc/core/spell.hpp>
+#include <kvcalc/core/units.hpp>
 
 #include "../core/yaml_support.hpp"
 
@@ -174,6 +175,15 @@ Gpu checked_memory(const MapReader& r, Gpu g) {
     r.fail(g.memory_bytes > k_max_gpu_memory ? "memory_bytes" : "memory_nominal_bytes",
            "GPU memory of more than 1 PiB (2^50 bytes) is not a GPU's: the unit is bytes "
            "(an H200 has 150,754,820,096)");
+  }
+  // The driver reports what is left of the marketed memory after its own reservations: never
+  // more (an H200's "141GB" is 141 GiB, 151,397,597,184 B; it reports 150,754,820,096).
+  if (g.memory_bytes > g.memory_nominal_bytes) {
+    r.fail("memory_bytes", "memory_bytes " + group_digits(g.memory_bytes) +
+                               " is above memory_nominal_bytes " +
+                               group_digits(g.memory_nominal_bytes) +
+                               ": usable memory is what the driver reports of the nominal, so "
+                               "it is at most that (vendors' GB on GPUs are GiB)");
   }
   return g;
 }

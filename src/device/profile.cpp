@@ -82,8 +82,14 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& f
     r.missing("flops_per_s", "measured FLOP/s per dtype");
   }
   flops->allow_only({"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"});
+  bool any = false;
   for (const auto& field : k_peak_flops_fields) {
     p.flops_per_s.*field.value = flops->device_rate(field.name);
+    any = any || (p.flops_per_s.*field.value).has_value();
+  }
+  if (!any) {
+    r.fail("flops_per_s", "'flops_per_s' names no dtype: give the measured FLOP/s of at least "
+                          "one (bf16: 780e12), as kvcalc measure writes it");
   }
   p.link_bytes_per_s = r.device_rate("link_bytes_per_s").value_or(0);
   return p;

@@ -58,7 +58,14 @@ CacheFormat resolve_cache_format(const CacheRequest& request, const Model& m) {
     }
   }
   if (request.scale_dtype) {
-    f.scale.dtype = *request.scale_dtype;
+    DType d = *request.scale_dtype;
+    // A scale is a real number stored whole: a packed 4-bit or integer type holds none.
+    if (d != DType::fp32 && d != DType::fp16 && d != DType::bf16 && d != DType::fp8_e4m3 &&
+        d != DType::fp8_e5m2) {
+      throw InputError("--kv-scale-dtype " + std::string(dtype_name(d)) +
+                       " cannot hold a scale; use fp32, fp16, bf16 or fp8_e4m3");
+    }
+    f.scale.dtype = d;
   }
   bool quantized = f.dtype != DType::fp32 && f.dtype != DType::fp16 && f.dtype != DType::bf16;
   if (!quantized && f.scale.granularity != ScaleGranularity::none) {

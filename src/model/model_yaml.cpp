@@ -81,6 +81,10 @@ Attention read_attention(const MapReader& r, u64 hidden_size) {
       }
     }
     a.mla.q_lora_rank = r.count("q_lora_rank").value_or(0);
+    if (r.count("q_lora_rank") == u64{0}) {
+      r.fail("q_lora_rank", "'attention.q_lora_rank' is 0, a query compressed to nothing; write "
+                            "null (or leave it out) for a model whose queries are not compressed");
+    }
     a.mla.kv_lora_rank = r.required_count("kv_lora_rank", "MLA latent width d_c");
     a.mla.qk_nope_head_dim = r.required_count("qk_nope_head_dim", "MLA per-head non-RoPE width");
     a.mla.qk_rope_head_dim = r.required_count("qk_rope_head_dim", "MLA decoupled RoPE width");
@@ -307,6 +311,10 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   m.hidden_size = r.required_count("hidden_size", "the model width");
   m.vocab_size = r.count("vocab_size").value_or(0);
   m.max_context = r.count("max_context").value_or(0);
+  if (r.has("max_context") && r.count("max_context") == u64{0}) {
+    r.fail("max_context", "'max_context' is 0 tokens; give the longest context the model takes, "
+                          "or leave it out when unknown");
+  }
   m.tie_word_embeddings = r.flag("tie_word_embeddings").value_or(false);
   m.lm_head_bias = r.flag("lm_head_bias").value_or(false);
   m.learned_position_embeddings = r.flag("learned_position_embeddings").value_or(false);

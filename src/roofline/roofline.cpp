@@ -753,6 +753,20 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   if (req.batch == 0 || req.context == 0 || req.query == 0) {
     throw InputError("--batch, --context and the query length must be at least 1");
   }
+  if (req.batch > k_max_batch) {
+    throw InputError("--batch " + group_digits(req.batch) + " is over " +
+                     group_digits(k_max_batch) +
+                     " sequences in one step, beyond any engine's batch");
+  }
+  if (req.context > k_max_context_tokens || req.query > k_max_context_tokens) {
+    throw InputError("--context and the query length are at most 2^32 tokens, beyond any "
+                     "model's context");
+  }
+  if (req.batch * (req.context + req.query) > k_max_step_tokens) {
+    throw InputError("--batch × (context + query) is " +
+                     group_digits(req.batch * (req.context + req.query)) +
+                     " tokens in one step, over 2^40: lower --batch or --context");
+  }
   if (req.draft_tokens > 0) {
     if (m.mtp_layers == 0) {
       throw InputError("--mtp drafts with the model's multi-token-prediction module; " + m.name +

@@ -346,6 +346,10 @@ Request TraceReader::check(Request r, const std::string& prefix_name, bool has_p
     m_first_arrival = r.arrival_s;
   }
   r.arrival_s -= *m_first_arrival;
+  if (r.arrival_s > k_max_arrival_s) {
+    fail(fmt::format("arrival_s {:g} is {:g} s after the first arrival, over 1e9 s (31 years)",
+                     r.arrival_s + *m_first_arrival, r.arrival_s));
+  }
   if (prefix_name.empty()) {
     if (has_prefix_tokens && r.prefix_tokens > 0) {
       fail("prefix_tokens without a prefix_id");

@@ -71,6 +71,14 @@ struct DeviceRates {
 [[nodiscard]] DeviceRates device_rates(const device::Gpu& gpu, double bandwidth_efficiency = 1.0,
                                        double flops_efficiency = 1.0);
 
+/// The most sequences in one step, 2^24 (a thousand times engines' largest batches), and the
+/// most tokens one step may attend over all of them, 2^40: beyond, byte counts pass 2^64 and
+/// the figures mean nothing.
+inline constexpr u64 k_max_batch = u64{1} << 24;
+inline constexpr u64 k_max_step_tokens = u64{1} << 40;
+/// The most tokens of one request's context or query, 2^32: no model's context comes near.
+inline constexpr u64 k_max_context_tokens = u64{1} << 32;
+
 struct RooflineRequest {
   model::Model model;
   device::Gpu gpu;

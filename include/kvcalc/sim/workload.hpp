@@ -121,6 +121,10 @@ struct Workload {
 /// and it keeps every token sum of the simulator far from 2^64.
 inline constexpr double k_max_request_tokens = 4294967296.0;
 
+/// The latest arrival a trace may give, 1e9 s (31 years) after its first: later, the clock's
+/// steps of milliseconds lose their digits and throughputs are divided by the span.
+inline constexpr double k_max_arrival_s = 1e9;
+
 /// The lowest arrival rate, requests per second (one request in 11.6 days): the simulator's
 /// clock is a double from the first arrival, and 100,000 requests below this rate would push
 /// it past 10^11 s, where its steps of milliseconds lose their last digits.
