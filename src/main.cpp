@@ -7,6 +7,7 @@
 
 #include <kvcalc/cli/app.hpp>
 #include <kvcalc/core/error.hpp>
+#include <kvcalc/core/spell.hpp>
 
 namespace {
 
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
     return after_output(kvcalc::cli::run_cli(argc, argv, std::cout, std::cerr));
   } catch (const kvcalc::Error& e) {
     std::cout.flush();
-    std::cerr << "kvcalc: error: " << e.what() << '\n';
+    std::cerr << "kvcalc: error: " << kvcalc::printable(e.what()) << '\n';
     return static_cast<int>(e.code());
   } catch (const std::bad_alloc&) {
     std::cout.flush();
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
     return static_cast<int>(kvcalc::ExitCode::error);
   } catch (const std::exception& e) {
     std::cout.flush();
-    std::cerr << "kvcalc: internal error: " << e.what() << '\n';
+    std::cerr << "kvcalc: internal error: " << kvcalc::printable(e.what()) << '\n';
     return static_cast<int>(kvcalc::ExitCode::error);
   }
 }

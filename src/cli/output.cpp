@@ -6,6 +6,7 @@
 
 #include <kvcalc/core/error.hpp>
 #include <kvcalc/core/file.hpp>
+#include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/core/version.hpp>
 #include <kvcalc/model/loader.hpp>
@@ -26,7 +27,7 @@ std::vector<std::string> say_warnings(std::ostream& err, const std::vector<std::
   std::vector<std::string> said;
   for (const auto& w : warnings) {
     if (std::find(said.begin(), said.end(), w) == said.end()) {
-      err << "kvcalc: warning: " << w << '\n';
+      err << "kvcalc: warning: " << printable(w) << '\n';
       said.push_back(w);
     }
   }

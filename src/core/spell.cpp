@@ -11,6 +11,23 @@ char lower(char c) {
 }
 } // namespace
 
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  constexpr char k_hex[] = "0123456789abcdef";
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f) {
+      out += "\\x";
+      out += k_hex[u >> 4];
+      out += k_hex[u & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string ascii_lower(std::string_view s) {
   std::string out(s);
   std::transform(out.begin(), out.end(), out.begin(), lower);

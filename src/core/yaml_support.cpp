@@ -10,6 +10,8 @@
 
 #include <kvcalc/core/spell.hpp>
 
+#include <yaml-cpp/depthguard.h>
+
 namespace kvcalc::detail {
 
 namespace {
@@ -58,6 +60,11 @@ YAML::Node parse_yaml(const std::string& text, const std::string& file) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    throw InputError(SourceLocation{file, e.mark.line + 1, e.mark.column + 1},
+                     "nested more than " + std::to_string(e.depth() - 1) +
+                         " levels deep, more than kvcalc's YAML reader follows; no model, plan "
+                         "or catalog needs more than a few");
   } catch (const YAML::ParserException& e) {
     throw InputError(SourceLocation{file, e.mark.line + 1, e.mark.column + 1},
                      "syntax error: " + e.msg);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
 namespace kvcalc::report {
@@ -123,7 +124,7 @@ std::vector<std::vector<std::string>> formatted(const Table& t, ByteUnits units)
   for (const auto& row : t.rows) {
     std::vector<std::string> line;
     for (const auto& cell : row) {
-      line.push_back(format_cell(cell, units));
+      line.push_back(printable(format_cell(cell, units))); // a name from a file may hold escapes
     }
     out.push_back(std::move(line));
   }
@@ -150,7 +151,7 @@ std::string render_text(const std::vector<Table>& tables, ByteUnits units) {
       out += '\n';
     }
     if (!t.title.empty()) {
-      out += t.title + '\n';
+      out += printable(t.title) + '\n';
     }
     auto cells = formatted(t, units);
     if (!t.columns.empty()) {
@@ -186,7 +187,7 @@ std::string render_text(const std::vector<Table>& tables, ByteUnits units) {
       }
     }
     for (const auto& note : t.notes) {
-      out += note + '\n';
+      out += printable(note) + '\n';
     }
   }
   return out;

@@ -219,3 +219,10 @@ TEST_CASE("inputs are files or pipes of bounded size, never folders", "[core][fi
   CHECK(read_text_file(fifo) == "through a pipe");
   writer.join();
 }
+
+TEST_CASE("text echoed to a terminal carries no control characters", "[core][spell]") {
+  CHECK(printable("unknown key '\x1b[31mevil'") == "unknown key '\\x1b[31mevil'");
+  CHECK(printable(std::string("a\0b", 3)) == "a\\x00b");
+  CHECK(printable("del\x7f") == "del\\x7f");
+  CHECK(printable("lines\nand\ttabs, µs and ≤ stay") == "lines\nand\ttabs, µs and ≤ stay");
+}

@@ -12,6 +12,10 @@ namespace kvcalc {
 /// `s` with ASCII letters lowered; every other byte (UTF-8 included) as it is.
 [[nodiscard]] std::string ascii_lower(std::string_view s);
 
+/// `s` safe to show on a terminal: control characters other than newline and tab (an escape
+/// sequence in a key of a hostile file, a NUL) become "\x1b"-style escapes; UTF-8 stays.
+[[nodiscard]] std::string printable(std::string_view s);
+
 /// Whether `a` and `b` are equal but for the case of ASCII letters.
 [[nodiscard]] bool iequals(std::string_view a, std::string_view b);
 
