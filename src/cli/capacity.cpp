@@ -337,6 +337,10 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
   std::vector<Gpu> devices =
       deployment_devices(args.parallel, profile, catalog, how_to_measure, r.warnings);
   std::set<std::string> unmodelled; // models the roofline cannot time, said once each
+  check_sweep({{"models", models.size()},
+               {"GPUs", devices.size()},
+               {"tp", args.parallel.tp_sweep().size()},
+               {"--context", contexts.size()}});
   std::vector<Scenario> scenarios =
       run_scenarios(args, contexts, models, profile, devices, unmodelled, r.warnings);
 

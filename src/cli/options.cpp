@@ -408,4 +408,19 @@ Efficiency parse_efficiency(const std::string& text, const std::string& flag) {
   return e;
 }
 
+void check_sweep(std::initializer_list<SweepAxis> axes) {
+  u64 rows = 1;
+  std::string product;
+  for (const SweepAxis& a : axes) {
+    // Saturated past the limit, so the product never wraps.
+    u64 count = std::min<u64>(std::max<std::size_t>(a.count, 1), k_max_sweep_rows + 1);
+    rows = std::min(rows * count, k_max_sweep_rows + 1);
+    product += (product.empty() ? "" : " × ") + group_digits(a.count) + " " + std::string(a.option);
+  }
+  if (rows > k_max_sweep_rows) {
+    throw InputError("the sweep makes more than " + group_digits(k_max_sweep_rows) + " rows (" +
+                     product + "); split it into several runs");
+  }
+}
+
 } // namespace kvcalc::cli

@@ -178,6 +178,19 @@ struct ParallelOptions {
   }
 };
 
+/// The most rows one command's sweep may make (models × GPUs × tp × contexts × ...): 100,000.
+/// Beyond, a run takes minutes and its report is more than anyone reads; split the sweep.
+inline constexpr u64 k_max_sweep_rows = 100'000;
+
+/// One axis of a sweep, by the option that gives it.
+struct SweepAxis {
+  std::string_view option;
+  std::size_t count;
+};
+
+/// An InputError naming every axis when their product exceeds k_max_sweep_rows.
+void check_sweep(std::initializer_list<SweepAxis> axes);
+
 /// What a command models: one step on each GPU (the roofline) or a whole deployment, with
 /// decode context parallel and the MTP module.
 enum class ParallelScope { step, deployment };

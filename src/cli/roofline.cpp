@@ -281,6 +281,12 @@ std::vector<RooflineRequest> base_requests(const RooflineArgs& args, const Roofl
 std::vector<Scenario> run_scenarios(const RooflineArgs& args, const RooflineInputs& in,
                                     const std::vector<Model>& models,
                                     std::vector<std::string>& warnings) {
+  check_sweep({{"models", models.size()},
+               {"GPUs", in.devices.size()},
+               {"tp", args.parallel.tp_sweep().size()},
+               {"--mla modes", args.mla.size()},
+               {"contexts", in.contexts.size()},
+               {"--batch", args.batches_per_gpu.value_or(args.batches).size()}});
   std::vector<Scenario> scenarios;
   for (const RooflineRequest& req : base_requests(args, in, models)) {
     bool mla = req.model.attention.kind == AttentionKind::mla;

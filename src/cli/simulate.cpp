@@ -623,6 +623,10 @@ std::vector<Scenario> instances(const SimulateArgs& args, const SimulateInputs& 
   std::vector<Gpu> devices =
       deployment_devices(deployment, in.profile, GpuCatalog(deployment.gpu_file),
                          "add a --device-profile that kvcalc measure wrote", warnings);
+  check_sweep({{"models", models.size()},
+               {"GPUs", devices.size()},
+               {"tp", deployment.tp_sweep().size()},
+               {"--rate", in.rates.size()}});
   for (const auto& request : capacity_requests(models, args.cache, deployment, args.engine,
                                                args.block_size, devices, {}, std::nullopt)) {
     CapacityResult capacity;

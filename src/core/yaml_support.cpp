@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <kvcalc/core/spell.hpp>
+#include <kvcalc/core/units.hpp>
 
 #include <yaml-cpp/depthguard.h>
 
@@ -56,7 +57,39 @@ std::size_t second_document_line(const std::string& text) {
 
 } // namespace
 
+/// Values of `node`, what aliases repeat counted each time, up to `limit` + 1.
+std::size_t expanded_values(const YAML::Node& node, std::size_t limit) {
+  std::size_t seen = 0;
+  std::vector<YAML::Node> stack{node};
+  while (!stack.empty() && seen <= limit) {
+    YAML::Node n = stack.back();
+    stack.pop_back();
+    ++seen;
+    if (n.IsSequence()) {
+      for (const YAML::Node& child : n) {
+        stack.push_back(child);
+      }
+    } else if (n.IsMap()) {
+      for (const auto& kv : n) {
+        ++seen;
+        stack.push_back(kv.second);
+      }
+    }
+  }
+  return seen;
+}
+
 YAML::Node parse_yaml(const std::string& text, const std::string& file) {
+  std::size_t separators =
+      static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+        return c == ',' || c == ':' || c == '-' || c == '\n';
+      }));
+  if (separators > k_max_yaml_values) {
+    throw InputError(SourceLocation{file, 0, 0},
+                     "holds more than " + group_digits(k_max_yaml_values) +
+                         " values, more than kvcalc reads from one file (docs/reliability.md, "
+                         "\"Limits\"); remove the lists kvcalc does not need");
+  }
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -70,6 +103,12 @@ YAML::Node parse_yaml(const std::string& text, const std::string& file) {
                      "syntax error: " + e.msg);
   } catch (const YAML::Exception& e) {
     throw InputError(SourceLocation{file, 0, 0}, "cannot parse: " + e.msg);
+  }
+  if (expanded_values(root, k_max_yaml_values) > k_max_yaml_values) {
+    throw InputError(SourceLocation{file, 0, 0},
+                     "expands to more than " + group_digits(k_max_yaml_values) +
+                         " values: its aliases (*name) repeat what they name; write the values "
+                         "out, or fewer");
   }
   if (std::size_t line = second_document_line(text); line > 0) {
     throw InputError(

@@ -20,6 +20,14 @@ namespace kvcalc::detail {
 /// Parses YAML (or JSON) text; syntax errors become InputError at file:line:col.
 YAML::Node parse_yaml(const std::string& text, const std::string& file);
 
+/// The most values one YAML or JSON file may hold, 500,000, counted before parsing by the
+/// separators between them (`,` `:` `-` and line ends) and again after, with what aliases
+/// repeat. yaml-cpp takes about 950 bytes per value (a config.json with a 10^6-element array
+/// takes 950 MB and 4.8 s to parse), so the limit bounds a parse near 500 MB; the largest real
+/// file, a quantization file listing every expert of DeepSeek-V3 (61 layers × 256 experts × 3
+/// projections, a few values each), would hold about 200,000.
+inline constexpr std::size_t k_max_yaml_values = 500'000;
+
 SourceLocation location_of(const YAML::Node& node, const std::string& file);
 
 /// The text of a scalar node; a list, a map or an empty node is an InputError at the node that

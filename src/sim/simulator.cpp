@@ -6,6 +6,8 @@
 #include <deque>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
 
@@ -251,6 +253,13 @@ private:
         ++m_r.requests_rejected;
         ++m_r.rejected_pool;
         continue;
+      }
+      if (m_waiting.size() + m_running.size() >= k_max_requests_in_system) {
+        throw InputError(fmt::format(
+            "more than {} requests are waiting or running at once (at t = {:.3f} s): the "
+            "instance is far past what it serves, and memory grows with each; lower the rate "
+            "or the burst, or add GPUs (docs/reliability.md, \"Limits\")",
+            group_digits(k_max_requests_in_system), r.arrival_s));
       }
       Seq s;
       s.req = r;

@@ -27,6 +27,11 @@ inline constexpr NameTable<Preemption, 2> k_preemptions{
 [[nodiscard]] std::string_view preemption_name(Preemption p);
 [[nodiscard]] Preemption parse_preemption(std::string_view text);
 
+/// The most requests one instance may hold at once, waiting or running: 2^21 (2,097,152), a
+/// thousand times any engine's batch. Each takes about 200 bytes, so this bounds a run's memory
+/// near 400 MiB however many requests arrive at once.
+inline constexpr u64 k_max_requests_in_system = u64{1} << 21;
+
 /// One serving instance, ready to simulate.
 struct SimConfig {
   roofline::RooflineRequest step; ///< model, GPU, rates, cache, weights, parallelism, MLA mode
