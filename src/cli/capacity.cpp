@@ -245,7 +245,8 @@ std::vector<std::string> capacity_notes(const CapacityArgs& args,
     if (c.max_context_at) {
       const std::string& by = c.max_context_limited_by;
       notes.push_back(who(s) + ": longest context holding " + group_digits(*args.max_context_at) +
-                      " sequences: " + group_digits(*c.max_context_at) + " tokens" +
+                      (*args.max_context_at == 1 ? " sequence: " : " sequences: ") +
+                      group_digits(*c.max_context_at) + " tokens" +
                       (by == "max_model_len" ? " (--max-model-len; the KV cache holds more)"
                        : by == "max_context" ? " (the model's max_context; the KV cache holds more)"
                        : by == "search_limit"

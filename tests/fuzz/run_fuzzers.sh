@@ -9,7 +9,8 @@ cd "$(dirname "$0")/../.."
 
 seconds=${1:-30}
 shift || true
-all_targets=(model_yaml hf_config model_compute gpu_catalog plan device_profile workload trace
+all_targets=(model_yaml hf_config model_compute gpu_catalog plan plan_evaluation device_profile workload
+  trace scheduler
   strings)
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
