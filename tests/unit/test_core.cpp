@@ -36,6 +36,13 @@ TEST_CASE("bad token counts are input errors that say what is expected", "[core]
   CHECK_THROWS_WITH(parse_count("-1", "--context"), Catch::Contains("--context '-1'") &&
                                                         Catch::Contains("negative") &&
                                                         Catch::Contains("128k (= 131,072)"));
+  // Never a wrap, a base or a sign: what strtoull would take as 1, 8 or 2.
+  for (const char* bad :
+       {"-18446744073709551615", "0x2", "+4", "4e1", "0b10", "18446744073709551616"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_count(bad, "--tp"), InputError);
+  }
+  CHECK(parse_count("010", "--tp") == 10); // decimal, as the file readers read it, never octal
 }
 
 TEST_CASE("digit grouping", "[core][units]") {
