@@ -6,8 +6,8 @@ namespace kvcalc {
 
 void throw_overflow(std::string_view what) {
   throw OverflowError(std::string(what) +
-                      " does not fit in 64 bits; check the sizes in the model and the context "
-                      "length for absurd values");
+                      " does not fit in 64 bits: one of this run's sizes (of the model, the "
+                      "GPU, the deployment or the workload) is far beyond any real one");
 }
 
 } // namespace kvcalc
