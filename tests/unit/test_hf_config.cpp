@@ -268,25 +268,21 @@ TEST_CASE("a checkpoint's quantization_config gives each tensor its stored layou
 
 TEST_CASE("a config.json of more values than kvcalc reads is refused before it is parsed",
           "[hf][limits]") {
-  std::string config = slurp(k_fixtures / "llama-3.1-8b.json");
-  std::string ignored = "\"ignored_list\": [0";
-  for (int i = 1; i < 600000; ++i) {
-    ignored += ",0";
-  }
-  ignored += "],";
-  std::string big = config;
-  big.insert(big.find('{') + 1, ignored);
+  // Llama-3.1-8B's config with an n-element list under a key kvcalc does not read.
+  auto with_list = [config = slurp(k_fixtures / "llama-3.1-8b.json")](int n) {
+    std::string list = "\"ignored_list\": [0";
+    for (int i = 1; i < n; ++i) {
+      list += ",0";
+    }
+    std::string text = config;
+    text.insert(text.find('{') + 1, list + "],");
+    return text;
+  };
   Diagnostics d;
   // yaml-cpp would take about 570 MB for it; the count of separators stops it first.
-  CHECK_THROWS_WITH(parse_hf_config(big, "big.json", d),
+  CHECK_THROWS_WITH(parse_hf_config(with_list(600000), "big.json", d),
                     Catch::Contains("holds more than 500,000 values"));
   // A list of 100,000 is read (and its key reported as unread).
-  std::string half = "\"ignored_list\": [0";
-  for (int i = 1; i < 100000; ++i) {
-    half += ",0";
-  }
-  half += "],";
-  std::string fine = config;
-  fine.insert(fine.find('{') + 1, half);
+  std::string fine = with_list(100000);
   CHECK(parse_hf_config(fine, "fine.json", d).layers == 32);
 }

@@ -109,15 +109,24 @@ TEST_CASE("a kernel that misses the bars is an error that says where", "[measure
                                                    measure::detail::k_between_strategies));
 }
 
-TEST_CASE("the roofline bound of a kernel uses the read probe as its memory ceiling", "[measure]") {
-  // The fake backend's copy and triad probes beat its read probe, as on a CPU with few cores;
-  // the kernels only read, so their bound is the read rate.
+namespace {
+
+/// The fake backend at one configuration: 1 head, batch 8, 4,096 tokens.
+MeasureResult fake_measurement() {
   auto backend = make_measure_backend("fake");
   MeasureOptions options;
   options.heads = {1};
   options.batches = {8};
   options.contexts = {4096};
-  MeasureResult r = run_measure(*backend, options);
+  return run_measure(*backend, options);
+}
+
+} // namespace
+
+TEST_CASE("the roofline bound of a kernel uses the read probe as its memory ceiling", "[measure]") {
+  // The fake backend's copy and triad probes beat its read probe, as on a CPU with few cores;
+  // the kernels only read, so their bound is the read rate.
+  MeasureResult r = fake_measurement();
   REQUIRE(r.probes.copy_bytes_per_s.median > r.probes.read_bytes_per_s.median);
   CHECK(r.probes.bandwidth_bytes_per_s == r.probes.read_bytes_per_s.median);
   REQUIRE(r.kernels.size() == 2);
@@ -151,12 +160,7 @@ TEST_CASE("every measured figure keeps its runs' spread, flagged beyond the boun
   CHECK_FALSE(disagrees({1.0, 1.0, 1.0, 1}));
 
   // The fake backend's copy probe and naive kernel disagree by 30%, the rest by 4%.
-  auto backend = make_measure_backend("fake");
-  MeasureOptions options;
-  options.heads = {1};
-  options.batches = {8};
-  options.contexts = {4096};
-  MeasureResult r = run_measure(*backend, options);
+  MeasureResult r = fake_measurement();
   CHECK(disagrees(r.probes.copy_bytes_per_s));
   CHECK_FALSE(disagrees(r.probes.read_bytes_per_s));
   CHECK_FALSE(disagrees(r.kernels[0].time_s));
