@@ -79,7 +79,24 @@ std::size_t expanded_values(const YAML::Node& node, std::size_t limit) {
   return seen;
 }
 
-YAML::Node parse_yaml(const std::string& text, const std::string& file) {
+namespace {
+
+/// `text` with old-Mac line ends (CR alone, a line break in YAML 1.2, which yaml-cpp does not
+/// take) as LF; CR LF stays.
+std::string unix_line_ends(const std::string& text) {
+  std::string out = text;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == '\r' && (i + 1 == out.size() || out[i + 1] != '\n')) {
+      out[i] = '\n';
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+YAML::Node parse_yaml(const std::string& raw, const std::string& file) {
+  const std::string text = raw.find('\r') == std::string::npos ? raw : unix_line_ends(raw);
   std::size_t separators =
       static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) {
         return c == ',' || c == ':' || c == '-' || c == '\n';

@@ -172,3 +172,19 @@ TEST_CASE("the registry finds names and aliases in any case and suggests near mi
   CHECK_THROWS_WITH(load_model("no/such/file.yaml", d),
                     Catch::Contains("cannot open model file 'no/such/file.yaml'"));
 }
+
+TEST_CASE("a model file reads the same with LF, CR LF or CR line ends", "[model][yaml]") {
+  Model lf = parse_model_yaml(k_llama_like, "lf.yaml");
+  for (const char* end : {"\r\n", "\r"}) {
+    std::string text = k_llama_like;
+    for (std::size_t at = text.find('\n'); at != std::string::npos;
+         at = text.find('\n', at + std::string(end).size())) {
+      text.replace(at, 1, end);
+    }
+    Model m = parse_model_yaml(text, "other.yaml");
+    CHECK(m.layers == lf.layers);
+    CHECK(m.attention.kv_heads == lf.attention.kv_heads);
+    CHECK(m.hidden_size == lf.hidden_size);
+    CHECK(m.vocab_size == lf.vocab_size);
+  }
+}
