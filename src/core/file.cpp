@@ -137,17 +137,19 @@ OutputFile::OutputFile(std::string path, std::string what)
     : m_path(std::move(path)), m_what(std::move(what)) {
   refuse_input_as_output(m_path, m_what);
   std::error_code ec;
-  std::filesystem::path target(m_path);
-  if (std::filesystem::is_symlink(target, ec)) {
-    target = std::filesystem::weakly_canonical(target, ec); // write the file it points to
-  }
-  auto status = std::filesystem::status(target, ec);
+  auto status = std::filesystem::status(m_path, ec); // through links
   if (std::filesystem::is_directory(status)) {
     throw write_error(m_path, EISDIR);
   }
-  bool in_place = std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
+  // /dev/stdout, /dev/null, /proc/self/fd/N, a pipe: nothing to keep, nothing to rename over,
+  // and the name means the descriptor, not a file to replace.
+  bool in_place = m_path.starts_with("/dev/") || m_path.starts_with("/proc/") ||
+                  (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status));
+  std::filesystem::path target(m_path);
+  if (!in_place && std::filesystem::is_symlink(target, ec)) {
+    target = std::filesystem::weakly_canonical(target, ec); // write the file it points to
+  }
   if (in_place) {
-    // /dev/stdout, /dev/null, a pipe: nothing to keep, and nothing to rename over.
     errno = 0;
     m_stream.open(target, std::ios::binary);
     if (!m_stream) {

@@ -188,6 +188,26 @@ TEST_CASE("an output is written beside its target and renamed over it when compl
   CHECK(slurp(target) == "linked");
   write_text_file(target, " more", "--report", WriteMode::append);
   CHECK(slurp(target) == "linked more");
+  // A pipe, and what /dev names, are written in place: never replaced by a file.
+  std::string fifo = (s.dir / "pipe").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string got;
+  std::thread reader([&] { got = slurp(fifo); });
+  write_text_file(fifo, "through", "-o");
+  reader.join();
+  CHECK(got == "through");
+  CHECK(std::filesystem::is_fifo(fifo));
+  write_text_file("/dev/null", "nothing", "-o");
+  CHECK(std::filesystem::is_character_file("/dev/null"));
+  // `-o /dev/stdout` into a pipe: /proc/self/fd/N links to "pipe:[…]", which is no path.
+  int ends[2];
+  REQUIRE(::pipe(ends) == 0);
+  write_text_file("/proc/self/fd/" + std::to_string(ends[1]), "piped", "-o");
+  ::close(ends[1]);
+  char buffer[16] = {};
+  CHECK(::read(ends[0], buffer, sizeof buffer) == 5);
+  ::close(ends[0]);
+  CHECK(std::string(buffer) == "piped");
 }
 
 TEST_CASE("no output replaces a file the run read, by any name", "[core][file]") {
