@@ -2,8 +2,8 @@
 # Builds the kvcalc binary, the device tests and the device bench for a machine that has an
 # NVIDIA driver but none of the build's libraries (docs/performance.md, "`kvcalc measure` on an
 # NVIDIA H200"): static libstdc++, libgcc, yaml-cpp and CUDA runtime, header-only fmt, Hopper
-# code (sm_90a, so the wgmma kernel is in). Only libc and cuBLAS remain dynamic;
-# device_check.sh finds cuBLAS there. Output: build/device-bundle/.
+# code (sm_90a, so the wgmma kernel is in). Only libc is linked dynamically; cuBLAS is opened
+# when a GPU is measured, and device_check.sh finds it there. Output: build/device-bundle/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build/device

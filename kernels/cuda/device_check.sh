@@ -15,7 +15,8 @@ kvcalc=$bundle/kvcalc
 log=$out/device_check.log
 say() { echo "== $*" | tee -a "$log"; }
 
-# cuBLAS is the one CUDA library linked dynamically: take the first libcublas.so.13 there is.
+# cuBLAS is the one CUDA library opened at run time (by soname, when a GPU is measured): take
+# the first libcublas.so.13 there is.
 if ! ldconfig -p | grep -q 'libcublas.so.13'; then
   lib=$(find /usr/local/cuda/lib64 /usr/local/cuda/targets /usr/lib /opt /usr/local/lib \
           -name 'libcublas.so.13*' 2>/dev/null | head -1)

@@ -294,6 +294,13 @@ std::unique_ptr<MeasureBackend> make_measure_backend(std::string_view name) {
   if (name == "auto") {
     name = cuda_device_present() ? "cuda" : "cpu";
   }
+  // The cuda backend opens cuBLAS first, so a missing library is reported as such whether or not
+  // a GPU is visible.
+#if defined(KVCALC_MEASURE_CUDA)
+  if (name == "cuda") {
+    detail::open_cuda_libraries();
+  }
+#endif
   if (name == "cpu") {
     return std::make_unique<CpuBackend>();
   }

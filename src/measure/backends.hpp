@@ -62,6 +62,9 @@ private:
 
 #if defined(KVCALC_MEASURE_CUDA)
 [[nodiscard]] bool cuda_device_visible();
+/// Opens the libraries the cuda backend loads on demand (cuBLAS); throws Error saying which is
+/// missing and how to provide it.
+void open_cuda_libraries();
 [[nodiscard]] std::unique_ptr<MeasureBackend> make_cuda_backend();
 #endif
 

@@ -145,6 +145,17 @@ bool cuda_device_visible() {
   return gpu::device_count() > 0;
 }
 
+void open_cuda_libraries() {
+  try {
+    gpu::open_cublas();
+  } catch (const std::runtime_error& e) {
+    throw Error(fmt::format("--backend cuda: {}. The GPU's kernels and GEMM probe need {}: "
+                            "install the CUDA Toolkit or NVIDIA's cuBLAS package that has it, or "
+                            "put its folder on LD_LIBRARY_PATH; --backend cpu measures without it",
+                            e.what(), gpu::cublas_library()));
+  }
+}
+
 std::unique_ptr<MeasureBackend> make_cuda_backend() {
   return std::make_unique<CudaBackend>();
 }

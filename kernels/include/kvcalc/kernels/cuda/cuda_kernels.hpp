@@ -16,6 +16,14 @@ namespace kvcalc::kernels::cuda {
 /// Devices the runtime sees; 0 when there is no driver or no GPU (never throws).
 [[nodiscard]] int device_count() noexcept;
 
+/// cuBLAS is opened on first use, not linked (cublas_on_demand.cpp), so a kvcalc that measures
+/// no GPU never loads it. open_cublas() opens it now and throws std::runtime_error with the
+/// dynamic loader's reason when it cannot; cublas_library() names the file it looks for
+/// ("libcublas.so.13"). Until it is open, every cuBLAS call returns
+/// CUBLAS_STATUS_NOT_INITIALIZED.
+void open_cublas();
+[[nodiscard]] std::string cublas_library();
+
 /// What `kvcalc measure` records about the GPU it measured (device 0).
 struct DeviceInfo {
   std::string name;
