@@ -918,10 +918,11 @@ Table latency_table(const Scenario& s, const Record& described) {
         ", " + c.pools[p].name + " " + group_digits(c.pools[p].capacity) + " " + c.pools[p].unit;
   }
   d.notes.push_back(fmt::format(
-      "KV pool {}; fragmentation {:.1f}% of allocated slots; {} steps, "
+      "KV pool {}; fragmentation {:.1f}% of allocated slots; {} step{}, "
       "{:.1f} tokens each; mean concurrency {:.1f}; {} tokens recomputed, {} prefix tokens "
       "reused; percentiles within 0.1%",
-      pool, x.fragmentation * 100, group_digits(x.steps), x.mean_step_tokens, x.mean_running,
+      pool, x.fragmentation * 100, group_digits(x.steps), x.steps == 1 ? "" : "s",
+      x.mean_step_tokens, x.mean_running,
       group_digits(x.recomputed_tokens), group_digits(x.prefix_hit_tokens)));
   return d;
 }

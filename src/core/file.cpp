@@ -35,21 +35,29 @@ Inputs& inputs() {
 }
 
 /// The file `path` names, checked before it is opened: it exists and is not a folder.
-struct stat checked_input(const std::string& path) {
-  struct stat st {};
+/// `path` opened for reading and noted as an input (refuse_input_as_output), its status in `st`.
+/// It must exist and not be a folder; a `bounded` read also refuses a regular file above
+/// k_max_input_bytes before reading any of it.
+std::ifstream open_checked(const std::string& path, bool bounded, struct stat& st) {
   if (::stat(path.c_str(), &st) != 0) {
     throw InputError("cannot open '" + path + "': no such file, or it is not readable");
   }
   if (S_ISDIR(st.st_mode)) {
     throw InputError("'" + path + "' is a folder, not a file: give the file inside it");
   }
-  if (S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > k_max_input_bytes) {
+  if (bounded && S_ISREG(st.st_mode) &&
+      static_cast<std::uint64_t>(st.st_size) > k_max_input_bytes) {
     throw InputError(fmt::format("'{}' holds {:.1f} MiB, more than the {} MiB kvcalc reads from "
                                  "one input file (docs/reliability.md, \"Limits\")",
                                  path, static_cast<double>(st.st_size) / (1 << 20),
                                  k_max_input_bytes >> 20));
   }
-  return st;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InputError("cannot open '" + path + "': no such file, or it is not readable");
+  }
+  note_input(path);
+  return in;
 }
 
 } // namespace
@@ -91,12 +99,8 @@ void refuse_input_as_output(const std::string& path, const std::string& what) {
 }
 
 std::string read_text_file(const std::string& path) {
-  struct stat st = checked_input(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw InputError("cannot open '" + path + "': no such file, or it is not readable");
-  }
-  note_input(path);
+  struct stat st {};
+  std::ifstream in = open_checked(path, true, st);
   std::string text;
   if (S_ISREG(st.st_mode)) {
     text.reserve(static_cast<std::size_t>(st.st_size));
@@ -119,18 +123,7 @@ std::string read_text_file(const std::string& path) {
 
 std::ifstream open_input_file(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    throw InputError("cannot open '" + path + "': no such file, or it is not readable");
-  }
-  if (S_ISDIR(st.st_mode)) {
-    throw InputError("'" + path + "' is a folder, not a file: give the file inside it");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw InputError("cannot open '" + path + "': no such file, or it is not readable");
-  }
-  note_input(path);
-  return in;
+  return open_checked(path, false, st);
 }
 
 OutputFile::OutputFile(std::string path, std::string what)
