@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -63,17 +64,72 @@ void keep_freed_memory() {
 #endif
 }
 
-std::uint64_t last_level_cache_bytes() {
-  for (int index = 4; index >= 0; --index) {
-    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
-    std::string text;
-    if (in >> text && !text.empty()) {
-      std::uint64_t value = std::stoull(text);
-      char unit = text.back();
-      return unit == 'K' ? value << 10 : unit == 'M' ? value << 20 : value;
-    }
+namespace {
+
+/// A byte size as sysfs writes it ("48K", "2048K", "105M").
+std::uint64_t sysfs_bytes(const std::string& text) {
+  std::uint64_t value = std::stoull(text);
+  char unit = text.back();
+  return unit == 'K' ? value << 10 : unit == 'M' ? value << 20 : value;
+}
+
+/// How many CPUs a sysfs CPU list names ("0-1", "0,2,4-7").
+unsigned cpus_in(const std::string& list) {
+  unsigned count = 0;
+  std::istringstream in(list);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    auto dash = part.find('-');
+    unsigned lo = static_cast<unsigned>(std::stoul(part.substr(0, dash)));
+    unsigned hi =
+        dash == std::string::npos ? lo : static_cast<unsigned>(std::stoul(part.substr(dash + 1)));
+    count += hi >= lo ? hi - lo + 1 : 0;
   }
-  return 32ULL << 20;
+  return count;
+}
+
+} // namespace
+
+std::vector<CacheLevel> cache_levels(unsigned threads) {
+  std::vector<CacheLevel> levels;
+  const std::string root = "/sys/devices/system/cpu/cpu0/cache/index";
+  for (int index = 0; index < 8; ++index) {
+    auto field = [&](const char* name) {
+      std::ifstream in(root + std::to_string(index) + "/" + name);
+      std::string text;
+      in >> text;
+      return text;
+    };
+    std::string type = field("type");
+    std::string level = field("level");
+    std::string size = field("size");
+    if (type.empty()) {
+      break;
+    }
+    if ((type != "Data" && type != "Unified") || level.empty() || size.empty() ||
+        level.find_first_not_of("0123456789") != std::string::npos ||
+        size.find_first_not_of("0123456789") == 0) {
+      continue;
+    }
+    CacheLevel c;
+    c.level = static_cast<unsigned>(std::stoul(level));
+    if (c.level < 2) {
+      continue; // the L1 holds a few pages: no kernel's working set lives there
+    }
+    c.bytes_each = sysfs_bytes(size);
+    std::string shared = field("shared_cpu_list");
+    unsigned sharing = shared.empty() ? 1 : std::max(1u, cpus_in(shared));
+    c.instances = std::max(1u, (std::max(1u, threads) + sharing - 1) / sharing);
+    levels.push_back(c);
+  }
+  std::sort(levels.begin(), levels.end(),
+            [](const CacheLevel& a, const CacheLevel& b) { return a.level < b.level; });
+  return levels;
+}
+
+std::uint64_t last_level_cache_bytes() {
+  std::vector<CacheLevel> levels = cache_levels(1);
+  return levels.empty() ? 32ULL << 20 : levels.back().bytes_each;
 }
 
 BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned threads,
@@ -209,21 +265,69 @@ double measure_fma_bf16_flops(unsigned threads, double seconds_per_thread) {
 #endif
 }
 
-Spread measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats) {
-  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  auto size = static_cast<Eigen::Index>(n);
-  // One independent n × n × n product per thread: all cores busy, no shared output.
-  std::vector<Matrix> a(threads, Matrix::Random(size, size));
-  std::vector<Matrix> b(threads, Matrix::Random(size, size));
-  std::vector<Matrix> c(threads, Matrix::Zero(size, size));
-  std::vector<double> rates;
+Spread measure_read_bandwidth(std::uint64_t bytes, unsigned threads, unsigned repeats) {
+  std::uint64_t n = std::max<std::uint64_t>(bytes / sizeof(float), 1);
+  std::vector<float> a(n, 1.0f);
+  std::vector<double> partial(threads, 0.0);
+  constexpr std::uint64_t k_group = k_read_chains * simd::k_lanes;
+  std::uint64_t chunk = ((n + threads - 1) / threads + k_group - 1) / k_group * k_group;
+  // Passes enough for 256 MiB a run, so a run of a cache-sized array lasts milliseconds, not the
+  // microseconds a thread takes to start.
+  std::uint64_t passes = std::max<std::uint64_t>(1, (256ULL << 20) / (n * sizeof(float)));
+  auto pass = [&](unsigned t, std::uint64_t count) {
+    std::uint64_t lo = std::min(n, t * chunk);
+    std::uint64_t hi = std::min(n, (t + 1) * chunk);
+    float sum = 0;
+    for (std::uint64_t p = 0; p < count; ++p) {
+      simd::Vec acc[k_read_chains] = {};
+      std::uint64_t i = lo;
+      for (; i + k_group <= hi; i += k_group) {
+        for (std::uint64_t k = 0; k < k_read_chains; ++k) {
+          acc[k] += simd::load(a.data() + i + k * simd::k_lanes);
+        }
+      }
+      for (; i < hi; ++i) {
+        sum += a[i];
+      }
+      for (const simd::Vec& v : acc) {
+        sum += simd::sum(v);
+      }
+    }
+    partial[t] += sum;
+  };
+  // One untimed pass puts each thread's part in its own caches.
+  (void)timed_parallel(threads, [&](unsigned t) { pass(t, 1); });
+  std::vector<double> seconds;
   for (unsigned rep = 0; rep < repeats; ++rep) {
-    double elapsed = timed_parallel(threads, [&](unsigned t) { c[t].noalias() = a[t] * b[t]; });
-    rates.push_back(2.0 * static_cast<double>(n * n * n) * threads / elapsed);
+    seconds.push_back(timed_parallel(threads, [&](unsigned t) { pass(t, passes); }));
+  }
+  volatile double observed = partial[0];
+  (void)observed;
+  return rate_of(static_cast<double>(n * sizeof(float)) * static_cast<double>(passes),
+                 spread_of(seconds));
+}
+
+Spread measure_gemm_flops(const GemmShape& shape, unsigned threads, unsigned repeats) {
+  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  auto m = static_cast<Eigen::Index>(shape.m);
+  auto k = static_cast<Eigen::Index>(shape.k);
+  auto n = static_cast<Eigen::Index>(shape.n);
+  // One independent product per thread, A · Bᵀ with both row-major (the naive kernel's
+  // decompression: latent rows times a head's weight rows): all cores busy, no shared output.
+  std::vector<Matrix> a(threads, Matrix::Random(m, k));
+  std::vector<Matrix> b(threads, Matrix::Random(n, k));
+  std::vector<Matrix> c(threads, Matrix::Zero(m, n));
+  std::vector<double> seconds;
+  (void)timed_parallel(threads, [&](unsigned t) { c[t].noalias() = a[t] * b[t].transpose(); });
+  for (unsigned rep = 0; rep < repeats; ++rep) {
+    seconds.push_back(
+        timed_parallel(threads, [&](unsigned t) { c[t].noalias() = a[t] * b[t].transpose(); }));
   }
   volatile float observed = c[0](0, 0);
   (void)observed;
-  return spread_of(rates);
+  return rate_of(2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.k) *
+                     static_cast<double>(shape.n) * threads,
+                 spread_of(seconds));
 }
 
 } // namespace kvcalc::kernels

@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace kvcalc::kernels::cuda {
@@ -51,6 +52,23 @@ __global__ void read_kernel(const float4* __restrict__ a, std::size_t n, float* 
       total += warp_sums[w];
     }
     partial[blockIdx.x] = total;
+  }
+}
+
+/// `passes` sums of the same array in one launch: with an array that fits the L2, the L2's read
+/// rate. Each pass adds into the running sum, so no pass can be dropped.
+__global__ void reread_kernel(const float4* __restrict__ a, std::size_t n, int passes,
+                              float* partial) {
+  float sum = 0;
+  for (int p = 0; p < passes; ++p) {
+    for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+      float4 v = a[i];
+      sum += (v.x + v.y) + (v.z + v.w);
+    }
+  }
+  if (sum == -1.2345f) {
+    partial[blockIdx.x] = sum;
   }
 }
 
@@ -152,6 +170,23 @@ BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned repeat
       rate_of(3 * bytes, timed_seconds(repeats, [&] {
                 triad_kernel<<<blocks, k_threads>>>(a.get(), b.get(), c.get(), 0.5f, n);
               }));
+  KVCALC_CUDA_CHECK(cudaDeviceSynchronize());
+  return r;
+}
+
+Spread measure_read_bandwidth(std::uint64_t bytes, unsigned repeats) {
+  std::size_t n = std::max<std::size_t>(bytes / sizeof(float4), 1);
+  DeviceBuffer<float4> a(n);
+  int blocks = sm_count() * 8;
+  DeviceBuffer<float> partial(static_cast<std::size_t>(blocks));
+  fill_kernel<<<blocks, k_threads>>>(a.get(), n, 1.0f);
+  KVCALC_CUDA_CHECK_LAUNCH();
+  // 4 GiB a launch: milliseconds at L2 rates, so the launch itself does not count.
+  int passes = static_cast<int>(std::max<std::size_t>(1, (4ULL << 30) / (n * sizeof(float4))));
+  double bytes_read = static_cast<double>(n * sizeof(float4)) * passes;
+  Spread r = rate_of(bytes_read, timed_seconds(repeats, [&] {
+                       reread_kernel<<<blocks, k_threads>>>(a.get(), n, passes, partial.get());
+                     }));
   KVCALC_CUDA_CHECK(cudaDeviceSynchronize());
   return r;
 }

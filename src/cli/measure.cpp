@@ -85,6 +85,15 @@ Record describe_probes(const ProbeResults& p) {
   r.value("fma_bf16_flops_per_s",
           p.fma_bf16_flops_per_s ? Cell::flops(p.fma_bf16_flops_per_s->median) : Cell::empty());
   describe_peak_flops(r.object("flops_per_s"), p.gemm_flops_per_s(), "GEMM ", k_everywhere);
+  auto& levels = r.list("memory_levels");
+  for (const MemoryLevel& level : p.levels) {
+    Record& l = levels.emplace_back();
+    l.value("name", Cell::text(level.name));
+    l.value("capacity_bytes",
+            level.capacity_bytes > 0 ? Cell::byte_estimate(level.capacity_bytes) : Cell::empty());
+    l.value("working_set_bytes", Cell::byte_estimate(level.working_set_bytes));
+    l.value("read_bytes_per_s", Cell::bytes_per_s(level.read_bytes_per_s.median));
+  }
   Record& spreads = r.object("spread");
   for (const auto& [key, figure] : p.figures()) {
     bool bytes = key.ends_with("bytes_per_s");
@@ -103,7 +112,20 @@ std::vector<Record> probe_rows(const ProbeResults& p) {
     r.value("rate", "rate (median)", std::move(rate));
     r.value("spread", "spread", s ? spread_cell(*s) : Cell::empty());
   };
-  row("read", Cell::bytes_per_s(p.read_bytes_per_s.median), p.read_bytes_per_s);
+  // A level by the array its probe read, and what the level holds.
+  auto format_bytes = [](double v) {
+    return human_bytes(static_cast<std::uint64_t>(v), ByteUnits::iec);
+  };
+  for (std::size_t i = 0; i + 1 < p.levels.size(); ++i) {
+    const MemoryLevel& level = p.levels[i];
+    row(fmt::format("read {} ({} of {})", level.name, format_bytes(level.working_set_bytes),
+                    format_bytes(level.capacity_bytes)),
+        Cell::bytes_per_s(level.read_bytes_per_s.median), level.read_bytes_per_s);
+  }
+  row(p.levels.empty() ? std::string("read")
+                       : fmt::format("read {} ({})", p.levels.back().name,
+                                     format_bytes(p.levels.back().working_set_bytes)),
+      Cell::bytes_per_s(p.read_bytes_per_s.median), p.read_bytes_per_s);
   row("copy (read + write)", Cell::bytes_per_s(p.copy_bytes_per_s.median), p.copy_bytes_per_s);
   row("triad (2 reads + write)", Cell::bytes_per_s(p.triad_bytes_per_s.median),
       p.triad_bytes_per_s);
@@ -156,6 +178,12 @@ Record describe_kernel(const KernelMeasurement& k) {
   r.value("bytes", Cell::byte_estimate(k.cost.bytes));
   r.value("achieved_bytes_per_s", "achieved B/s", Cell::bytes_per_s(k.achieved_bytes_per_s));
   r.value("achieved_flops_per_s", "achieved FLOP/s", Cell::flops(k.achieved_flops_per_s));
+  r.value("working_set_bytes", Cell::byte_estimate(k.working_set_bytes));
+  r.value("memory_level", "inputs in", Cell::text(k.memory_level));
+  r.value("memory_bytes_per_s", Cell::bytes_per_s(k.memory_bytes_per_s));
+  r.value("memory_time_s", Cell::seconds(k.memory_time_s));
+  r.value("compute_time_s", Cell::seconds(k.compute_time_s));
+  r.value("bound", "bound", Cell::text(k.compute_time_s >= k.memory_time_s ? "compute" : "memory"));
   r.value("predicted_time_s", "predicted", Cell::seconds(k.predicted_time_s));
   r.value("roofline_fraction", "of roofline", Cell::share(k.roofline_fraction));
   r.value("max_abs_error", "max |err|", Cell::number(k.max_abs_error));
@@ -233,8 +261,9 @@ void render_measurement(Rendered& r, const MeasureResult& m) {
                                   {"config.batch", "", "batch"},
                                   {"config.context", "", "context"}};
   std::vector<ColumnRef> columns = shape;
-  for (const char* key : {"time_s", "time_spread", "achieved_bytes_per_s", "achieved_flops_per_s",
-                          "predicted_time_s", "roofline_fraction", "max_abs_error", "cos_diff"}) {
+  for (const char* key :
+       {"time_s", "time_spread", "achieved_bytes_per_s", "achieved_flops_per_s", "memory_level",
+        "bound", "predicted_time_s", "roofline_fraction", "max_abs_error", "cos_diff"}) {
     columns.push_back({key});
   }
   Table kernel_table = table_of(kernels, columns);

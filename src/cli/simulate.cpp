@@ -922,8 +922,8 @@ Table latency_table(const Scenario& s, const Record& described) {
       "{:.1f} tokens each; mean concurrency {:.1f}; {} tokens recomputed, {} prefix tokens "
       "reused; percentiles within 0.1%",
       pool, x.fragmentation * 100, group_digits(x.steps), x.steps == 1 ? "" : "s",
-      x.mean_step_tokens, x.mean_running,
-      group_digits(x.recomputed_tokens), group_digits(x.prefix_hit_tokens)));
+      x.mean_step_tokens, x.mean_running, group_digits(x.recomputed_tokens),
+      group_digits(x.prefix_hit_tokens)));
   return d;
 }
 

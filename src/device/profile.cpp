@@ -61,7 +61,8 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& f
                                                          "docs/device-profile.md");
   detail::MapReader r(root, "", locations);
   r.allow_only({"kvcalc_device_profile", "device", "backend", "date", "bandwidth_bytes_per_s",
-                "flops_per_s", "link_bytes_per_s", "machine", "kernels", "probes", "spread_bound"});
+                "flops_per_s", "link_bytes_per_s", "machine", "kernels", "memory_levels", "probes",
+                "spread_bound"});
   u64 version = r.required_count("kvcalc_device_profile", "the profile format version, 1");
   if (version != 1) {
     r.fail("kvcalc_device_profile",

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -174,9 +175,25 @@ public:
            3 * rows * static_cast<double>(dims.d_v) * 4;
   }
 
-  [[nodiscard]] ProbeResults probe(bool quick) override {
+  [[nodiscard]] ProbeResults probe(bool quick,
+                                   const std::vector<MlaKernelConfig>& configs) override {
     ProbeResults p;
-    // STREAM's rule: each array at least 4x the last-level cache.
+    // Each cache level read with an array well inside it and well beyond the level below: half
+    // of an L2 (the innermost measured), the geometric mean of the two capacities further out.
+    // A level under 4x the one below cannot be told from it, and is left out.
+    double inner = 0;
+    for (const kernels::CacheLevel& cache : kernels::cache_levels(m_threads)) {
+      auto capacity = static_cast<double>(cache.bytes());
+      if (inner > 0 && capacity < 4 * inner) {
+        continue;
+      }
+      double working_set = inner > 0 ? std::sqrt(inner * capacity) : capacity / 2;
+      p.levels.push_back({"L" + std::to_string(cache.level), capacity, working_set,
+                          kernels::measure_read_bandwidth(static_cast<std::uint64_t>(working_set),
+                                                          m_threads, cpu_runs(quick))});
+      inner = capacity;
+    }
+    // DRAM by STREAM's rule: each array at least 4x the last-level cache.
     std::uint64_t llc = kernels::last_level_cache_bytes();
     std::uint64_t array =
         std::max<std::uint64_t>((quick ? 2 : 4) * llc, quick ? 32ULL << 20 : 64ULL << 20);
@@ -184,14 +201,38 @@ public:
     p.read_bytes_per_s = bw.read_bytes_per_s;
     p.copy_bytes_per_s = bw.copy_bytes_per_s;
     p.triad_bytes_per_s = bw.triad_bytes_per_s;
+    p.levels.push_back({"DRAM", 0, static_cast<double>(array), bw.read_bytes_per_s});
     // The FMA loops run for a time, once: a single run, no spread.
     double fma = kernels::measure_fma_flops(m_threads, quick ? 0.05 : 0.25);
     p.fma_flops_per_s = {fma, fma, fma, 1};
     if (double bf16 = kernels::measure_fma_bf16_flops(m_threads, quick ? 0.05 : 0.25); bf16 > 0) {
       p.fma_bf16_flops_per_s = Spread{bf16, bf16, bf16, 1};
     }
-    p.gemm.fp32 = kernels::measure_gemm_flops(quick ? 512 : 1024, m_threads, cpu_runs(quick));
+    // The GEMM at the naive kernel's own: a chunk of latent rows times one head's W_UK or W_UV
+    // (kernels/cpu/mla_decode.cpp), the chunk as long as the longest context asks.
+    const kernels::MlaShape dims;
+    std::uint64_t rows = 1;
+    for (const MlaKernelConfig& c : configs) {
+      rows = std::max(rows, std::min<std::uint64_t>(c.context, kernels::k_naive_chunk_tokens));
+    }
+    p.gemm.fp32 =
+        kernels::measure_gemm_flops({rows, dims.d_c, dims.d_nope}, m_threads, cpu_runs(quick));
     return p;
+  }
+
+  /// The naive kernel's FLOPs are Eigen GEMMs; the absorbed kernel's scores run on the bf16 pair
+  /// dot product where the build has it (else fp32 FMA), its weighted sum on fp32 FMA, and its
+  /// projections on Eigen GEMMs. The instructions share the vector pipes, so their times add.
+  [[nodiscard]] double compute_seconds(const KernelCost& cost, bool naive,
+                                       const ProbeResults& probes) const override {
+    double gemm = probes.gemm.fp32 ? probes.gemm.fp32->median : 0;
+    if (naive || gemm <= 0) {
+      return gemm > 0 ? cost.flops / gemm : 0.0;
+    }
+    double fma = probes.fma_flops_per_s.median;
+    double scores = probes.fma_bf16_flops_per_s ? probes.fma_bf16_flops_per_s->median : fma;
+    double projections = cost.flops - cost.score_flops - cost.value_flops;
+    return cost.score_flops / scores + cost.value_flops / fma + projections / gemm;
   }
 
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool quick) override {
@@ -228,8 +269,9 @@ private:
   detail::AbsorbedOutput m_absorbed;
 };
 
-/// Fixed figures, 80 GiB of memory, and kernel times of 1.25x (absorbed) and 1.4x (naive) the
-/// roofline bound, the naive one in two phases (3/4 decompression): exercises measure,
+/// Fixed figures, 80 GiB of memory, a 4 MiB L2 and a 32 MiB L3 read at 4 and 2 times DRAM's
+/// rate, and kernel times of 1.25x (absorbed) and 1.4x (naive) the roofline bound at the level
+/// their inputs fit, the naive one in two phases (3/4 decompression): exercises measure,
 /// calibration and reporting without hardware, the same on every machine. Each figure's runs
 /// lie within ±2% of it, but the copy probe's and the naive kernel's within ±15%: beyond the
 /// spread bound, so their flags show.
@@ -243,8 +285,12 @@ public:
   [[nodiscard]] double memory_needed_bytes(const MlaKernelConfig& c) const override {
     return mla_inputs_bytes(c, bytes_per_element());
   }
-  [[nodiscard]] ProbeResults probe(bool /*quick*/) override {
+  [[nodiscard]] ProbeResults probe(bool /*quick*/,
+                                   const std::vector<MlaKernelConfig>& /*configs*/) override {
     ProbeResults p;
+    p.levels = {{"L2", k_l2_bytes, k_l2_bytes / 2, steady(4.0e11)},
+                {"L3", k_l3_bytes, 16.0 * (1 << 20), steady(2.0e11)},
+                {"DRAM", 0, 256.0 * (1 << 20), steady(1.0e11)}};
     p.read_bytes_per_s = steady(1.0e11);
     // Copy and triad above read, as on a CPU with few cores: the ceiling is still the read.
     p.copy_bytes_per_s = noisy(1.2e11);
@@ -257,7 +303,10 @@ public:
   }
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool /*quick*/) override {
     KernelCost k = mla_kernel_cost(c, naive, bytes_per_element());
-    double bound = std::max(k.flops / 2.0e12, k.bytes / 1.0e11);
+    // Read from the level its inputs fit, as a CPU's caches keep them between runs.
+    double inputs = mla_inputs_bytes(c, bytes_per_element());
+    double rate = inputs <= k_l2_bytes ? 4.0e11 : inputs <= k_l3_bytes ? 2.0e11 : 1.0e11;
+    double bound = std::max(k.flops / 2.0e12, k.bytes / rate);
     KernelRun r;
     double time = bound * (naive ? 1.4 : 1.25);
     r.time_s = naive ? noisy(time) : steady(time);
@@ -268,6 +317,8 @@ public:
   }
 
 private:
+  static constexpr double k_l2_bytes = 4.0 * (1 << 20);
+  static constexpr double k_l3_bytes = 32.0 * (1 << 20);
   static Spread steady(double v) { return {v, 0.98 * v, 1.02 * v, detail::k_timed_runs}; }
   static Spread noisy(double v) { return {v, 0.85 * v, 1.15 * v, detail::k_timed_runs}; }
 };

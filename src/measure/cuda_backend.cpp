@@ -55,9 +55,21 @@ public:
     return gpu::MlaDecodeCuda::device_bytes(mla_shape(c));
   }
 
-  [[nodiscard]] ProbeResults probe(bool quick) override {
+  /// The L2 is flushed before every kernel run (MlaDecodeCuda::run), as a decode step finds
+  /// its cache cold: the kernels read device memory.
+  [[nodiscard]] bool flushes_caches() const override { return true; }
+
+  [[nodiscard]] ProbeResults probe(bool quick,
+                                   const std::vector<MlaKernelConfig>& /*configs*/) override {
     return guarded("probes", m_info.name, [&] {
       ProbeResults p;
+      // The L2 read with an array half its size.
+      auto l2 = static_cast<double>(m_info.l2_bytes);
+      if (l2 > 0) {
+        p.levels.push_back(
+            {"L2", l2, l2 / 2,
+             gpu::measure_read_bandwidth(m_info.l2_bytes / 2, quick ? 5 : k_timed_runs)});
+      }
       // STREAM's rule: each array at least 4x the last-level cache; 1 GiB is ~17x an H200's L2.
       std::uint64_t array =
           std::max<std::uint64_t>(4 * m_info.l2_bytes, quick ? 256ULL << 20 : 1ULL << 30);
@@ -65,6 +77,7 @@ public:
       p.read_bytes_per_s = bw.read_bytes_per_s;
       p.copy_bytes_per_s = bw.copy_bytes_per_s;
       p.triad_bytes_per_s = bw.triad_bytes_per_s;
+      p.levels.push_back({"device memory", 0, static_cast<double>(array), bw.read_bytes_per_s});
       p.fma_flops_per_s = gpu::measure_fma_flops(quick ? 5 : k_timed_runs);
       gpu::GemmRates g = gpu::measure_gemm_flops(quick ? 4096 : 8192, quick ? 5 : k_timed_runs);
       p.gemm.bf16 = g.bf16;

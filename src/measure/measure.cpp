@@ -42,8 +42,10 @@ KernelCost mla_kernel_cost(const MlaKernelConfig& c, bool naive, double w) {
     // Per head, the decompressed K and V are written and read back.
     k.bytes = latent + weights + q_and_o + 2 * b * h * t * (k_dnope + k_dv) * w;
   } else {
-    k.flops = 2 * b * s * h * k_dnope * k_dc + 2 * b * s * h * t * (k_dc + k_dr) +
-              2 * b * s * h * t * k_dc + 2 * b * s * h * k_dc * k_dv;
+    k.score_flops = 2 * b * s * h * t * (k_dc + k_dr);
+    k.value_flops = 2 * b * s * h * t * k_dc;
+    k.flops = 2 * b * s * h * k_dnope * k_dc + k.score_flops + k.value_flops +
+              2 * b * s * h * k_dc * k_dv;
     k.bytes = latent + weights + q_and_o;
   }
   return k;
@@ -66,6 +68,25 @@ bool disagrees(const Spread& s) {
   return relative_spread(s) > k_spread_bound;
 }
 
+const MemoryLevel& ProbeResults::level_holding(double bytes) const {
+  if (levels.empty()) {
+    throw Error("the probes measured no memory level");
+  }
+  for (const MemoryLevel& level : levels) {
+    if (level.capacity_bytes > 0 && bytes <= level.capacity_bytes) {
+      return level;
+    }
+  }
+  return levels.back();
+}
+
+double MeasureBackend::compute_seconds(const KernelCost& cost, bool /*naive*/,
+                                       const ProbeResults& probes) const {
+  PeakFlops peaks = probes.gemm_flops_per_s();
+  double gemm = peaks.bf16 ? *peaks.bf16 : peaks.fp32.value_or(0);
+  return gemm > 0 ? cost.flops / gemm : 0.0;
+}
+
 PeakFlops ProbeResults::gemm_flops_per_s() const {
   PeakFlops p;
   auto median = [](const std::optional<Spread>& s) -> std::optional<double> {
@@ -78,10 +99,16 @@ PeakFlops ProbeResults::gemm_flops_per_s() const {
 }
 
 std::vector<std::pair<std::string, Spread>> ProbeResults::figures() const {
-  std::vector<std::pair<std::string, Spread>> out{{"read_bytes_per_s", read_bytes_per_s},
-                                                  {"copy_bytes_per_s", copy_bytes_per_s},
-                                                  {"triad_bytes_per_s", triad_bytes_per_s},
-                                                  {"fma_fp32_flops_per_s", fma_flops_per_s}};
+  std::vector<std::pair<std::string, Spread>> out;
+  // The cache levels; main memory is the read probe below.
+  for (std::size_t i = 0; i + 1 < levels.size(); ++i) {
+    out.emplace_back("read_" + ascii_lower(levels[i].name) + "_bytes_per_s",
+                     levels[i].read_bytes_per_s);
+  }
+  out.insert(out.end(), {{"read_bytes_per_s", read_bytes_per_s},
+                         {"copy_bytes_per_s", copy_bytes_per_s},
+                         {"triad_bytes_per_s", triad_bytes_per_s},
+                         {"fma_fp32_flops_per_s", fma_flops_per_s}});
   if (fma_bf16_flops_per_s) {
     out.emplace_back("fma_bf16_flops_per_s", *fma_bf16_flops_per_s);
   }
@@ -137,39 +164,48 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
     }
   }
 
-  say("measuring the bandwidth and compute probes");
-  r.probes = backend.probe(options.quick);
-  r.probes.bandwidth_bytes_per_s = r.probes.read_bytes_per_s.median;
-  PeakFlops peaks = r.probes.gemm_flops_per_s();
-  double gemm = peaks.bf16 ? *peaks.bf16 : peaks.fp32.value_or(0);
-
-  std::vector<u64> heads = options.heads;
-  std::vector<u64> batches = options.batches;
-  std::vector<u64> contexts = options.contexts;
-  for (u64 h : heads) {
-    for (u64 b : batches) {
-      for (u64 t : contexts) {
-        for (bool naive : {false, true}) {
-          MlaKernelConfig c{h, b, t, options.query};
-          std::string name = naive ? "mla_decode.naive" : "mla_decode.absorbed";
-          say(fmt::format("timing {}, heads {}, batch {}, context {}", name, h, b, t));
-          KernelRun run = backend.run_mla(c, naive, options.quick);
-          KernelMeasurement k;
-          k.name = name;
-          k.config = c;
-          k.time_s = run.time_s;
-          k.phases = run.phases;
-          k.cost = mla_kernel_cost(c, naive, backend.bytes_per_element());
-          k.achieved_bytes_per_s = k.cost.bytes / run.time_s.median;
-          k.achieved_flops_per_s = k.cost.flops / run.time_s.median;
-          k.predicted_time_s = std::max(gemm > 0 ? k.cost.flops / gemm : 0.0,
-                                        k.cost.bytes / r.probes.bandwidth_bytes_per_s);
-          k.roofline_fraction = k.predicted_time_s / run.time_s.median;
-          k.max_abs_error = run.max_abs_error;
-          k.cos_diff = run.cos_diff;
-          r.kernels.push_back(k);
-        }
+  std::vector<MlaKernelConfig> configs;
+  for (u64 h : options.heads) {
+    for (u64 b : options.batches) {
+      for (u64 t : options.contexts) {
+        configs.push_back({h, b, t, options.query});
       }
+    }
+  }
+  say("measuring the bandwidth and compute probes");
+  r.probes = backend.probe(options.quick, configs);
+  r.probes.bandwidth_bytes_per_s = r.probes.read_bytes_per_s.median;
+  if (r.probes.levels.empty()) {
+    r.probes.levels.push_back({"main memory", 0, 0, r.probes.read_bytes_per_s});
+  }
+
+  for (const MlaKernelConfig& c : configs) {
+    for (bool naive : {false, true}) {
+      std::string name = naive ? "mla_decode.naive" : "mla_decode.absorbed";
+      say(fmt::format("timing {}, heads {}, batch {}, context {}", name, c.heads, c.batch,
+                      c.context));
+      KernelRun run = backend.run_mla(c, naive, options.quick);
+      KernelMeasurement k;
+      k.name = name;
+      k.config = c;
+      k.time_s = run.time_s;
+      k.phases = run.phases;
+      k.cost = mla_kernel_cost(c, naive, backend.bytes_per_element());
+      k.achieved_bytes_per_s = k.cost.bytes / run.time_s.median;
+      k.achieved_flops_per_s = k.cost.flops / run.time_s.median;
+      k.working_set_bytes = mla_inputs_bytes(c, backend.bytes_per_element());
+      const MemoryLevel& level = backend.flushes_caches()
+                                     ? r.probes.levels.back()
+                                     : r.probes.level_holding(k.working_set_bytes);
+      k.memory_level = level.name;
+      k.memory_bytes_per_s = level.read_bytes_per_s.median;
+      k.memory_time_s = k.cost.bytes / k.memory_bytes_per_s;
+      k.compute_time_s = backend.compute_seconds(k.cost, naive, r.probes);
+      k.predicted_time_s = std::max(k.compute_time_s, k.memory_time_s);
+      k.roofline_fraction = k.predicted_time_s / run.time_s.median;
+      k.max_abs_error = run.max_abs_error;
+      k.cos_diff = run.cos_diff;
+      r.kernels.push_back(k);
     }
   }
   return r;
@@ -193,6 +229,13 @@ DeviceProfile to_device_profile(const MeasureResult& r, std::string file) {
   };
   y << "machine:\n  threads: " << r.threads << "\n";
   y << "spread_bound: " << num(k_spread_bound) << "\n";
+  y << "memory_levels:\n";
+  for (const MemoryLevel& level : r.probes.levels) {
+    y << "  - {name: " << level.name << ", capacity_bytes: "
+      << (level.capacity_bytes > 0 ? num(level.capacity_bytes) : std::string("null"))
+      << ", working_set_bytes: " << num(level.working_set_bytes)
+      << ", read_bytes_per_s: " << num(level.read_bytes_per_s.median) << "}\n";
+  }
   y << "probes:\n";
   for (const auto& [key, s] : r.probes.figures()) {
     y << "  " << key << ": " << spread(s) << "\n";
@@ -201,8 +244,8 @@ DeviceProfile to_device_profile(const MeasureResult& r, std::string file) {
   for (const auto& k : r.kernels) {
     y << "  - {name: " << k.name << ", heads: " << k.config.heads << ", batch: " << k.config.batch
       << ", context: " << k.config.context << ", query: " << k.config.query
-      << ", roofline_fraction: " << num(k.roofline_fraction) << ", time_s: " << spread(k.time_s)
-      << "}\n";
+      << ", memory_level: " << k.memory_level << ", roofline_fraction: " << num(k.roofline_fraction)
+      << ", time_s: " << spread(k.time_s) << "}\n";
   }
   p.details_yaml = y.str();
   return p;

@@ -208,6 +208,11 @@ TEST_CASE("CUDA probes give plausible ceilings", "[cuda][probes]") {
   CHECK(bw.copy_bytes_per_s.median > 1e11);
   CHECK(bw.copy_bytes_per_s.median < 2e13);
   CHECK(bw.copy_bytes_per_s.runs == 3);
+  // Half the L2, summed over and over: faster than device memory, below any L2 there is.
+  Spread l2 = cuda::measure_read_bandwidth(info.l2_bytes / 2, 3);
+  CHECK(l2.runs == 3);
+  CHECK(l2.median > bw.read_bytes_per_s.median);
+  CHECK(l2.median < 1e14);
   cuda::GemmRates g = cuda::measure_gemm_flops(2048, 3);
   CHECK(g.bf16.median > 1e12);
   CHECK(g.bf16.median < 1e16);
@@ -228,6 +233,11 @@ TEST_CASE("the cuda measure backend checks, times and reports phases", "[cuda][m
     CHECK(k.time_s.median > 0);
     CHECK(k.cos_diff <= 1e-5);
     CHECK_FALSE(k.phases.empty());
+    // The L2 is flushed before every run: the kernels read device memory, small as they are.
+    CHECK(k.memory_level == "device memory");
   }
   CHECK(r.probes.gemm.bf16.has_value());
+  REQUIRE(r.probes.levels.size() == 2);
+  CHECK(r.probes.levels[0].name == "L2");
+  CHECK(r.probes.levels[1].read_bytes_per_s.median == r.probes.read_bytes_per_s.median);
 }

@@ -268,13 +268,39 @@ TEST_CASE("CPU probes return sane figures (smoke)", "[kernels][probes]") {
   } else {
     CHECK(bf16 == 0);
   }
-  Spread gemm = measure_gemm_flops(128, 1, 3);
+  Spread gemm = measure_gemm_flops({128, 64, 32}, 1, 3);
   CHECK(gemm.runs == 3);
   CHECK(gemm.min <= gemm.median);
   CHECK(gemm.median <= gemm.max);
   CHECK(gemm.median > 1e7);
   CHECK(gemm.median < 1e13);
   CHECK(last_level_cache_bytes() >= (1ULL << 20));
+  // A cache-sized array read over and over: faster than nothing, within what a core can load.
+  Spread cached = measure_read_bandwidth(256ULL << 10, 1, 3);
+  CHECK(cached.runs == 3);
+  CHECK(cached.min <= cached.median);
+  CHECK(cached.median > 1e8);
+  CHECK(cached.median < 1e13);
+}
+
+TEST_CASE("cache levels are the L2 and beyond, innermost first, counted for the threads",
+          "[kernels][probes]") {
+  std::vector<CacheLevel> one = cache_levels(1);
+  std::vector<CacheLevel> many = cache_levels(4096);
+  REQUIRE(one.size() == many.size());
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    CHECK(one[i].level >= 2);
+    CHECK(one[i].bytes_each > 0);
+    CHECK(one[i].instances == 1);
+    CHECK(many[i].bytes_each == one[i].bytes_each);
+    CHECK(many[i].instances >= 1);
+    if (i > 0) {
+      CHECK(one[i].level > one[i - 1].level);
+    }
+  }
+  if (!one.empty()) {
+    CHECK(last_level_cache_bytes() == one.back().bytes_each);
+  }
 }
 
 TEST_CASE("the read probe sums every element of its array", "[kernels][probes]") {

@@ -177,3 +177,135 @@ TEST_CASE("every measured figure keeps its runs' spread, flagged beyond the boun
   DeviceProfile back = parse_device_profile(device_profile_yaml(p), "fake.yaml");
   CHECK(back.bandwidth_bytes_per_s == Approx(1e11));
 }
+
+TEST_CASE("a kernel is bounded by the read rate of the level its inputs live in",
+          "[measure][levels]") {
+  ProbeResults p;
+  p.levels = {{"L2", 4e6, 2e6, {4e11, 4e11, 4e11, 1}},
+              {"L3", 32e6, 11e6, {2e11, 2e11, 2e11, 1}},
+              {"DRAM", 0, 256e6, {1e11, 1e11, 1e11, 1}}};
+  CHECK(p.level_holding(1).name == "L2");
+  CHECK(p.level_holding(4e6).name == "L2"); // a level holds what fills it
+  CHECK(p.level_holding(4e6 + 1).name == "L3");
+  CHECK(p.level_holding(32e6).name == "L3");
+  CHECK(p.level_holding(32e6 + 1).name == "DRAM");
+  CHECK(p.level_holding(1e30).name == "DRAM");
+  CHECK_THROWS_AS(ProbeResults{}.level_holding(1), Error);
+
+  // The fake backend's 4 MiB L2, 32 MiB L3 and DRAM at 400, 200 and 100 GB/s; one head, so the
+  // absorbed kernel is memory-bound at each. Inputs (mla_inputs_bytes): batch 1 × 1k, 1.44 MB;
+  // batch 4 × 2k, 9.7 MB; batch 16 × 4k, 75.8 MB.
+  auto backend = make_measure_backend("fake");
+  MeasureOptions options;
+  options.heads = {1};
+  options.batches = {1};
+  options.contexts = {1024};
+  auto level_of = [&](u64 batch, u64 context) {
+    options.batches = {batch};
+    options.contexts = {context};
+    MeasureResult r = run_measure(*backend, options);
+    REQUIRE(r.kernels.size() == 2);
+    const KernelMeasurement& k = r.kernels[0];
+    CHECK(k.working_set_bytes == mla_inputs_bytes(k.config, 2));
+    CHECK(k.memory_time_s == Approx(k.cost.bytes / k.memory_bytes_per_s));
+    CHECK(k.predicted_time_s == Approx(std::max(k.memory_time_s, k.compute_time_s)));
+    CHECK(k.memory_time_s > k.compute_time_s);
+    // The fake times it at 1.25x its bound at that level, so a right choice reads 80%.
+    CHECK(k.roofline_fraction == Approx(0.8));
+    return std::pair{k.memory_level, k.memory_bytes_per_s};
+  };
+  CHECK(level_of(1, 1024) == std::pair{std::string("L2"), 4e11});
+  CHECK(level_of(4, 2048) == std::pair{std::string("L3"), 2e11});
+  CHECK(level_of(16, 4096) == std::pair{std::string("DRAM"), 1e11});
+
+  // The probe table's levels reach the profile with what each holds and read.
+  options.batches = {1};
+  options.contexts = {1024};
+  DeviceProfile profile = to_device_profile(run_measure(*backend, options), "fake.yaml");
+  CHECK_THAT(profile.details_yaml,
+             Catch::Contains("memory_levels:\n  - {name: L2, capacity_bytes: 4.1943e+06, "
+                             "working_set_bytes: 2.09715e+06, read_bytes_per_s: 4e+11}\n"));
+  CHECK_THAT(profile.details_yaml,
+             Catch::Contains("  - {name: DRAM, capacity_bytes: null, working_set_bytes: "
+                             "2.68435e+08, read_bytes_per_s: 1e+11}\n"));
+  CHECK_THAT(profile.details_yaml, Catch::Contains("read_l2_bytes_per_s: {median: 4e+11"));
+  CHECK_THAT(profile.details_yaml, Catch::Contains("memory_level: L2, "));
+  CHECK(parse_device_profile(device_profile_yaml(profile), "fake.yaml").bandwidth_bytes_per_s ==
+        Approx(1e11));
+}
+
+namespace {
+
+/// The fake backend with its caches flushed before every run, as the cuda backend flushes the
+/// L2.
+class FlushingFake final : public MeasureBackend {
+public:
+  FlushingFake() : m_fake(make_measure_backend("fake")) {}
+  [[nodiscard]] std::string name() const override { return "fake"; }
+  [[nodiscard]] std::string device() const override { return "flushing fake"; }
+  [[nodiscard]] unsigned threads() const override { return 1; }
+  [[nodiscard]] double bytes_per_element() const override { return 2; }
+  [[nodiscard]] double memory_available_bytes() const override { return 1e12; }
+  [[nodiscard]] double memory_needed_bytes(const MlaKernelConfig& c) const override {
+    return m_fake->memory_needed_bytes(c);
+  }
+  [[nodiscard]] ProbeResults probe(bool quick,
+                                   const std::vector<MlaKernelConfig>& configs) override {
+    return m_fake->probe(quick, configs);
+  }
+  [[nodiscard]] bool flushes_caches() const override { return true; }
+  [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool quick) override {
+    return m_fake->run_mla(c, naive, quick);
+  }
+
+private:
+  std::unique_ptr<MeasureBackend> m_fake;
+};
+
+} // namespace
+
+TEST_CASE("where the caches are flushed before each run, every kernel reads main memory",
+          "[measure][levels]") {
+  FlushingFake backend;
+  MeasureOptions options;
+  options.heads = {1};
+  options.batches = {1};
+  options.contexts = {1024};
+  MeasureResult r = run_measure(backend, options);
+  REQUIRE(r.kernels.size() == 2);
+  CHECK(r.kernels[0].memory_level == "DRAM");
+  CHECK(r.kernels[0].memory_bytes_per_s == 1e11);
+  // The fake still ran it from its L2 (at 4x DRAM's rate): against main memory it reads 320%.
+  CHECK(r.kernels[0].roofline_fraction == Approx(0.8 * 4));
+}
+
+TEST_CASE("the CPU's kernels are timed at the ceilings of the instructions they run",
+          "[measure][levels]") {
+  // docs/formulas.md, "Measured ceilings and kernel bounds": one head, batch 8, 4,096 tokens.
+  auto cpu = make_measure_backend("cpu");
+  ProbeResults p;
+  p.fma_flops_per_s = {250e9, 250e9, 250e9, 1};
+  p.fma_bf16_flops_per_s = Spread{150e9, 150e9, 150e9, 1};
+  p.gemm.fp32 = Spread{140e9, 140e9, 140e9, 10};
+  MlaKernelConfig c{1, 8, 4096, 1};
+  KernelCost absorbed = mla_kernel_cost(c, false, 2);
+  CHECK(absorbed.score_flops == 37'748'736.0); // 2·8·4096·576
+  CHECK(absorbed.value_flops == 33'554'432.0); // 2·8·4096·512
+  // Scores at the bf16 pair rate, the weighted sum at fp32 FMA, 2,097,152 projection FLOPs at
+  // the GEMM rate: 0.2517 + 0.1342 + 0.0150 ms.
+  CHECK(cpu->compute_seconds(absorbed, false, p) ==
+        Approx(37'748'736.0 / 150e9 + 33'554'432.0 / 250e9 + 2'097'152.0 / 140e9));
+  CHECK(cpu->compute_seconds(absorbed, false, p) == Approx(0.401e-3).epsilon(0.001));
+  // Without bf16 pairs in the build, the scores run on fp32 FMA.
+  p.fma_bf16_flops_per_s.reset();
+  CHECK(cpu->compute_seconds(absorbed, false, p) ==
+        Approx((37'748'736.0 + 33'554'432.0) / 250e9 + 2'097'152.0 / 140e9));
+  // The naive kernel's FLOPs are GEMMs.
+  KernelCost naive = mla_kernel_cost(c, true, 2);
+  CHECK(naive.score_flops == 0);
+  CHECK(cpu->compute_seconds(naive, true, p) == Approx(8'610'906'112.0 / 140e9));
+  // Every other backend: all FLOPs at the GEMM rate, bf16 where measured.
+  auto fake = make_measure_backend("fake");
+  p.gemm.bf16 = Spread{2e12, 2e12, 2e12, 10};
+  CHECK(fake->compute_seconds(absorbed, false, p) == Approx(73'400'320.0 / 2e12));
+}

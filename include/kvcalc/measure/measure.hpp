@@ -28,6 +28,11 @@ struct MlaKernelConfig {
 struct KernelCost {
   double flops = 0;
   double bytes = 0;
+  /// Of the absorbed kernel's FLOPs: the scores against the latent (q · [c; k_R], d_c + d_R
+  /// wide) and the weighted sum of the latent (P · c, d_c wide); the rest are the projections
+  /// (q · W_UK, o · W_UV). Zero for the naive kernel, whose FLOPs are all GEMMs.
+  double score_flops = 0;
+  double value_flops = 0;
 };
 
 /// `naive` true: decompression per head with K and V written and read back (materialized).
@@ -66,9 +71,16 @@ struct KernelMeasurement {
   KernelCost cost;
   double achieved_bytes_per_s = 0;
   double achieved_flops_per_s = 0;
-  double predicted_time_s = 0;  ///< max(FLOPs / measured GEMM rate, bytes / measured bandwidth)
-  double roofline_fraction = 0; ///< predicted / measured
-  double max_abs_error = 0;     ///< against the double reference
+  /// Its inputs (mla_inputs_bytes), and the memory level they live in between runs: the
+  /// innermost that holds them, or main memory where the backend flushes the caches first.
+  double working_set_bytes = 0;
+  std::string memory_level;
+  double memory_bytes_per_s = 0; ///< that level's read rate
+  double memory_time_s = 0;      ///< bytes at that rate
+  double compute_time_s = 0;     ///< FLOPs at the ceilings of the instructions the kernel runs
+  double predicted_time_s = 0;   ///< the larger of the two
+  double roofline_fraction = 0;  ///< predicted / measured
+  double max_abs_error = 0;      ///< against the double reference
   double cos_diff = 0;
 };
 
@@ -79,7 +91,20 @@ struct GemmSpreads {
   std::optional<Spread> bf16;
 };
 
+/// One level of the memory hierarchy, measured by reading an array that fits it.
+struct MemoryLevel {
+  std::string name;             ///< "L2", "L3", "DRAM" on a CPU; "L2", "device memory" on a GPU
+  double capacity_bytes = 0;    ///< what it holds for the threads measured; 0: main memory
+  double working_set_bytes = 0; ///< the array its probe read
+  Spread read_bytes_per_s;
+};
+
 struct ProbeResults {
+  /// Innermost first; the last is main memory, its rate the read probe's.
+  std::vector<MemoryLevel> levels;
+  /// The innermost level whose capacity holds `bytes`; main memory where none does.
+  [[nodiscard]] const MemoryLevel& level_holding(double bytes) const;
+
   Spread read_bytes_per_s;
   Spread copy_bytes_per_s;
   Spread triad_bytes_per_s;
@@ -119,7 +144,17 @@ public:
   /// Memory a configuration's kernels need there at most: their inputs (mla_inputs_bytes)
   /// and their working buffers.
   [[nodiscard]] virtual double memory_needed_bytes(const MlaKernelConfig& config) const = 0;
-  [[nodiscard]] virtual ProbeResults probe(bool quick) = 0;
+  /// Probes every memory level (ProbeResults::levels, main memory last), the FMA loops and the
+  /// GEMMs, at the shapes of `configs`' kernels where that matters.
+  [[nodiscard]] virtual ProbeResults probe(bool quick,
+                                           const std::vector<MlaKernelConfig>& configs) = 0;
+  /// Whether the caches are flushed before every timed kernel run (a GPU's L2): the kernels'
+  /// inputs are then read from main memory whatever their size.
+  [[nodiscard]] virtual bool flushes_caches() const { return false; }
+  /// Seconds the kernel's FLOPs take at the ceilings of what it runs them on: by default every
+  /// FLOP at the GEMM rate (bf16 where measured, else fp32).
+  [[nodiscard]] virtual double compute_seconds(const KernelCost& cost, bool naive,
+                                               const ProbeResults& probes) const;
   /// Checks the kernel against the reference on these inputs (and naive against absorbed when
   /// the same configuration ran absorbed just before), then times it; a failed check throws
   /// Error.

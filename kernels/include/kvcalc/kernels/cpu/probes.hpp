@@ -42,8 +42,22 @@ struct BandwidthResult {
 /// 0 where it does not (KVCALC_SIMD_BF16_PAIRS).
 [[nodiscard]] double measure_fma_bf16_flops(unsigned threads, double seconds_per_thread);
 
-/// FP32 FLOP/s of an n × n × n GEMM (Eigen), one product per thread, over `repeats` runs.
-[[nodiscard]] Spread measure_gemm_flops(std::uint64_t n, unsigned threads, unsigned repeats);
+/// Read-only bandwidth of an array of `bytes` split over `threads`, each thread summing its
+/// part many times per run (256 MiB a run), after one untimed pass: with an array that fits a
+/// cache level, that level's read rate. Over `repeats` runs.
+[[nodiscard]] Spread measure_read_bandwidth(std::uint64_t bytes, unsigned threads,
+                                            unsigned repeats);
+
+/// An m × k by k × n product.
+struct GemmShape {
+  std::uint64_t m = 0;
+  std::uint64_t k = 0;
+  std::uint64_t n = 0;
+};
+
+/// FP32 FLOP/s (2·m·k·n a product) of A · Bᵀ (Eigen, A m × k and B n × k, both row-major), one
+/// product per thread, over `repeats` runs after a warm-up.
+[[nodiscard]] Spread measure_gemm_flops(const GemmShape& shape, unsigned threads, unsigned repeats);
 
 /// The median of a non-empty vector of timings (the upper middle for an even count).
 [[nodiscard]] double median(std::vector<double> values);
@@ -56,7 +70,19 @@ struct BandwidthResult {
 /// (docs/performance.md, "`kvcalc measure` on the CPU").
 void keep_freed_memory();
 
-/// Bytes of the last-level cache (sysfs), or 32 MiB when the system does not say.
+/// One level of the CPU's data caches beyond the L1, as sysfs describes cpu0's.
+struct CacheLevel {
+  unsigned level = 0;           ///< 2, 3, ...
+  std::uint64_t bytes_each = 0; ///< one instance's size
+  unsigned instances = 1;       ///< instances `threads` CPUs (0, 1, ...) spread over
+  [[nodiscard]] std::uint64_t bytes() const { return bytes_each * instances; }
+};
+
+/// The data and unified caches of level 2 and above, innermost first, for `threads` CPUs;
+/// empty where sysfs does not say.
+[[nodiscard]] std::vector<CacheLevel> cache_levels(unsigned threads);
+
+/// Bytes of one last-level cache (sysfs), or 32 MiB when the system does not say.
 [[nodiscard]] std::uint64_t last_level_cache_bytes();
 
 } // namespace kvcalc::kernels

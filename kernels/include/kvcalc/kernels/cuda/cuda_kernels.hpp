@@ -47,6 +47,11 @@ struct DeviceInfo {
 /// memory; the median of `repeats` timed passes after a warm-up, bytes read + written counted.
 [[nodiscard]] BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned repeats);
 
+/// Read rate of an array of `bytes` in device memory summed over and over in each timed launch
+/// (4 GiB a launch): with an array that fits the L2, the L2's read rate. Over `repeats` launches
+/// after a warm-up.
+[[nodiscard]] Spread measure_read_bandwidth(std::uint64_t bytes, unsigned repeats);
+
 /// FP32 FLOP/s of independent FMA chains in registers over the whole GPU, over `repeats` runs.
 [[nodiscard]] Spread measure_fma_flops(unsigned repeats);
 
