@@ -91,6 +91,7 @@ Record describe_probes(const ProbeResults& p) {
     l.value("name", Cell::text(level.name));
     l.value("capacity_bytes",
             level.capacity_bytes > 0 ? Cell::byte_estimate(level.capacity_bytes) : Cell::empty());
+    l.value("shared", Cell::flag(level.shared));
     l.value("working_set_bytes", Cell::byte_estimate(level.working_set_bytes));
     l.value("read_bytes_per_s", Cell::bytes_per_s(level.read_bytes_per_s.median));
   }
@@ -118,8 +119,8 @@ std::vector<Record> probe_rows(const ProbeResults& p) {
   };
   for (std::size_t i = 0; i + 1 < p.levels.size(); ++i) {
     const MemoryLevel& level = p.levels[i];
-    row(fmt::format("read {} ({} of {})", level.name, format_bytes(level.working_set_bytes),
-                    format_bytes(level.capacity_bytes)),
+    row(fmt::format("read {} ({} of {}{})", level.name, format_bytes(level.working_set_bytes),
+                    format_bytes(level.capacity_bytes), level.shared ? "" : ", private"),
         Cell::bytes_per_s(level.read_bytes_per_s.median), level.read_bytes_per_s);
   }
   row(p.levels.empty() ? std::string("read")
@@ -254,6 +255,12 @@ void render_measurement(Rendered& r, const MeasureResult& m) {
   probe_table.notes.push_back(fmt::format(
       "spread: (max − min) / median of the timed runs; ! beyond {:.0f}% (docs/device-profile.md)",
       k_spread_bound * 100));
+  if (std::any_of(m.probes.levels.begin(), m.probes.levels.end(),
+                  [](const MemoryLevel& l) { return !l.shared; })) {
+    probe_table.notes.push_back(
+        "private: one per core, holding what that core read; the kernels hand work to any free "
+        "thread, so their inputs are placed in shared levels only");
+  }
   r.tables.push_back(std::move(probe_table));
 
   std::vector<ColumnRef> shape = {{"name"},

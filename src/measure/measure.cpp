@@ -4,6 +4,7 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -73,7 +74,7 @@ const MemoryLevel& ProbeResults::level_holding(double bytes) const {
     throw Error("the probes measured no memory level");
   }
   for (const MemoryLevel& level : levels) {
-    if (level.capacity_bytes > 0 && bytes <= level.capacity_bytes) {
+    if (level.shared && level.capacity_bytes > 0 && bytes <= level.capacity_bytes) {
       return level;
     }
   }
@@ -122,10 +123,45 @@ std::vector<std::pair<std::string, Spread>> ProbeResults::figures() const {
   return out;
 }
 
+namespace {
+
+/// One figure of two probe passes: the faster pass's median (a ceiling is the fastest the
+/// machine ran while the kernels did), and the extremes and runs of both, so a machine whose
+/// speed changed between the passes shows a wide spread.
+Spread both_passes(const Spread& a, const Spread& b) {
+  return {std::max(a.median, b.median), std::min(a.min, b.min), std::max(a.max, b.max),
+          a.runs + b.runs};
+}
+
+std::optional<Spread> both_passes(const std::optional<Spread>& a, const std::optional<Spread>& b) {
+  if (a && b) {
+    return both_passes(*a, *b);
+  }
+  return a ? a : b;
+}
+
+ProbeResults both_passes(ProbeResults a, const ProbeResults& b) {
+  a.read_bytes_per_s = both_passes(a.read_bytes_per_s, b.read_bytes_per_s);
+  a.copy_bytes_per_s = both_passes(a.copy_bytes_per_s, b.copy_bytes_per_s);
+  a.triad_bytes_per_s = both_passes(a.triad_bytes_per_s, b.triad_bytes_per_s);
+  a.fma_flops_per_s = both_passes(a.fma_flops_per_s, b.fma_flops_per_s);
+  a.fma_bf16_flops_per_s = both_passes(a.fma_bf16_flops_per_s, b.fma_bf16_flops_per_s);
+  a.gemm.fp32 = both_passes(a.gemm.fp32, b.gemm.fp32);
+  a.gemm.fp16 = both_passes(a.gemm.fp16, b.gemm.fp16);
+  a.gemm.bf16 = both_passes(a.gemm.bf16, b.gemm.bf16);
+  for (std::size_t i = 0; i < a.levels.size() && i < b.levels.size(); ++i) {
+    a.levels[i].read_bytes_per_s =
+        both_passes(a.levels[i].read_bytes_per_s, b.levels[i].read_bytes_per_s);
+  }
+  return a;
+}
+
+} // namespace
+
 MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options) {
-  // Progress as n/N: the probes, then each kernel run.
+  // Progress as n/N: the probes, each kernel run, the probes again.
   std::size_t total =
-      1 + 2 * options.heads.size() * options.batches.size() * options.contexts.size();
+      2 + 2 * options.heads.size() * options.batches.size() * options.contexts.size();
   std::size_t done = 0;
   auto say = [&](const std::string& what) {
     ++done;
@@ -172,19 +208,33 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
       }
     }
   }
+  // The probes run before and after the kernels, so the ceilings cover the time the kernels
+  // ran in (both_passes).
   say("measuring the bandwidth and compute probes");
-  r.probes = backend.probe(options.quick, configs);
+  ProbeResults before = backend.probe(options.quick, configs);
+  std::vector<std::pair<MlaKernelConfig, bool>> order;
+  std::vector<KernelRun> runs;
+  for (const MlaKernelConfig& c : configs) {
+    for (bool naive : {false, true}) {
+      say(fmt::format("timing {}, heads {}, batch {}, context {}",
+                      naive ? "mla_decode.naive" : "mla_decode.absorbed", c.heads, c.batch,
+                      c.context));
+      runs.push_back(backend.run_mla(c, naive, options.quick));
+      order.emplace_back(c, naive);
+    }
+  }
+  say("measuring the probes again");
+  r.probes = both_passes(std::move(before), backend.probe(options.quick, configs));
   r.probes.bandwidth_bytes_per_s = r.probes.read_bytes_per_s.median;
   if (r.probes.levels.empty()) {
     r.probes.levels.push_back({"main memory", 0, 0, r.probes.read_bytes_per_s});
   }
 
-  for (const MlaKernelConfig& c : configs) {
-    for (bool naive : {false, true}) {
-      std::string name = naive ? "mla_decode.naive" : "mla_decode.absorbed";
-      say(fmt::format("timing {}, heads {}, batch {}, context {}", name, c.heads, c.batch,
-                      c.context));
-      KernelRun run = backend.run_mla(c, naive, options.quick);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto& [c, naive] = order[i];
+    const KernelRun& run = runs[i];
+    std::string name = naive ? "mla_decode.naive" : "mla_decode.absorbed";
+    {
       KernelMeasurement k;
       k.name = name;
       k.config = c;
@@ -233,6 +283,7 @@ DeviceProfile to_device_profile(const MeasureResult& r, std::string file) {
   for (const MemoryLevel& level : r.probes.levels) {
     y << "  - {name: " << level.name << ", capacity_bytes: "
       << (level.capacity_bytes > 0 ? num(level.capacity_bytes) : std::string("null"))
+      << ", shared: " << (level.shared ? "true" : "false")
       << ", working_set_bytes: " << num(level.working_set_bytes)
       << ", read_bytes_per_s: " << num(level.read_bytes_per_s.median) << "}\n";
   }

@@ -38,12 +38,14 @@ def rate(v):
     return f"{v / 1e9:.1f}"
 
 fractions, ratio_errors = [], []
-print("round mode     levels (read GB/s)              kernel                     in   bound    of bound  ratio error")
+print("round mode     read GB/s; GEMM GFLOP/s                   kernel                     in   bound    of bound  ratio error")
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     run = json.load(open(path))
     name = os.path.basename(path)[:-5]
     round_, mode = name.split("-")
-    levels = " ".join(f"{l['name']} {rate(l['read_bytes_per_s'])}" for l in run["probes"]["memory_levels"])
+    probes = run["probes"]
+    levels = " ".join(f"{l['name']} {rate(l['read_bytes_per_s'])}" for l in probes["memory_levels"])
+    levels += f", GEMM {rate(probes['flops_per_s']['fp32'])}"
     kernels = run["kernels"]
     for i, k in enumerate(kernels):
         c = k["config"]
@@ -56,7 +58,7 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
             ratio_errors.append(measured / predicted - 1)
             error = f"{(measured / predicted - 1) * 100:+.0f}%"
         fractions.append((k["roofline_fraction"], label, mode))
-        print(f"{round_:>5} {mode:8} {levels:31} {label:26} {k['memory_level']:4} {k['bound']:8} "
+        print(f"{round_:>5} {mode:8} {levels:41} {label:26} {k['memory_level']:4} {k['bound']:8} "
               f"{k['roofline_fraction'] * 100:7.1f}%  {error}")
         levels = ""
 

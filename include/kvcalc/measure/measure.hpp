@@ -97,12 +97,16 @@ struct MemoryLevel {
   double capacity_bytes = 0;    ///< what it holds for the threads measured; 0: main memory
   double working_set_bytes = 0; ///< the array its probe read
   Spread read_bytes_per_s;
+  /// One instance serves every thread measured. A private level (a CPU's per-core L2) holds what
+  /// its own core read last; the kernels hand out work to whichever thread is free, so a run
+  /// finds its inputs there only by chance, and no kernel is placed in it.
+  bool shared = true;
 };
 
 struct ProbeResults {
   /// Innermost first; the last is main memory, its rate the read probe's.
   std::vector<MemoryLevel> levels;
-  /// The innermost level whose capacity holds `bytes`; main memory where none does.
+  /// The innermost shared level whose capacity holds `bytes`; main memory where none does.
   [[nodiscard]] const MemoryLevel& level_holding(double bytes) const;
 
   Spread read_bytes_per_s;
