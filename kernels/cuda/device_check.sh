@@ -75,6 +75,16 @@ timeout 60 "$kvcalc" roofline deepseek-v3 --gpu auto --measure --tp 8 --batch 32
   --format json -o "$out/roofline_measured.json" 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+say "cuBLAS hidden: commands that measure nothing run, measure --backend cuda says what is missing"
+loader=$(readelf -p .interp "$kvcalc" 2>/dev/null | sed -n 's/.*\] *//p' | head -1)
+if [ -x "$loader" ]; then
+  env -u LD_LIBRARY_PATH "$loader" --inhibit-cache --inhibit-rpath : "$kvcalc" --version 2>&1 |
+    tee -a "$log"
+  env -u LD_LIBRARY_PATH "$loader" --inhibit-cache --inhibit-rpath : "$kvcalc" measure \
+    --backend cuda --quick 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" -eq 1 ] || status=1
+fi
+
 say "summary"
 python3 - "$out/measure.json" "$out/sweep.csv" <<'PY' | tee "$out/summary.txt"
 import csv, json, sys
@@ -86,6 +96,9 @@ print(f"device: {m['device']}  date: {m['date']}")
 print(f"bandwidth: read {p['read_bytes_per_s']/1e12:.3f}  copy {p['copy_bytes_per_s']/1e12:.3f}  "
       f"triad {p['triad_bytes_per_s']/1e12:.3f} TB/s; ceiling {bw/1e12:.3f} TB/s = "
       f"{bw/4.8e12:.1%} of the 4.8 TB/s datasheet (target >= 85%)")
+print("memory levels: " + ", ".join(
+    f"{l['name']} {l['read_bytes_per_s']/1e12:.3f} TB/s ({l['working_set_bytes']/2**20:.0f} MiB array)"
+    for l in p["memory_levels"]))
 print("GEMM: " + ", ".join(f"{k} {v/1e12:.1f} TFLOP/s" for k, v in p["flops_per_s"].items() if v) +
       f"; FMA fp32 {p['fma_fp32_flops_per_s']/1e12:.1f} TFLOP/s")
 for k in m["kernels"]:

@@ -180,26 +180,6 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
   std::strftime(date, sizeof date, "%Y-%m-%d", &utc);
   r.date = r.backend == "fake" ? "1970-01-01" : date;
 
-  double available = backend.memory_available_bytes();
-  for (u64 h : options.heads) {
-    for (u64 b : options.batches) {
-      for (u64 t : options.contexts) {
-        MlaKernelConfig c{h, b, t, options.query};
-        double need = backend.memory_needed_bytes(c);
-        if (need > available) {
-          throw InputError(fmt::format(
-              "heads {}, batch {}, context {}: the kernels need {:.1f} GiB (their inputs, the "
-              "latent cache in pages of 64 tokens, W_UK and W_UV and the queries, take {:.1f}), "
-              "more than the {:.1f} GiB of memory available on {}; lower --batch, --context or "
-              "--heads",
-              group_digits(h), group_digits(b), group_digits(t), need / 1073741824.0,
-              mla_inputs_bytes(c, backend.bytes_per_element()) / 1073741824.0,
-              available / 1073741824.0, backend.device()));
-        }
-      }
-    }
-  }
-
   std::vector<MlaKernelConfig> configs;
   for (u64 h : options.heads) {
     for (u64 b : options.batches) {
@@ -208,19 +188,41 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
       }
     }
   }
+  double available = backend.memory_available_bytes();
+  for (const MlaKernelConfig& c : configs) {
+    double need = backend.memory_needed_bytes(c);
+    if (need > available) {
+      throw InputError(fmt::format(
+          "heads {}, batch {}, context {}: the kernels need {:.1f} GiB (their inputs, the "
+          "latent cache in pages of 64 tokens, W_UK and W_UV and the queries, take {:.1f}), "
+          "more than the {:.1f} GiB of memory available on {}; lower --batch, --context or "
+          "--heads",
+          group_digits(c.heads), group_digits(c.batch), group_digits(c.context),
+          need / 1073741824.0, mla_inputs_bytes(c, backend.bytes_per_element()) / 1073741824.0,
+          available / 1073741824.0, backend.device()));
+    }
+  }
+
   // The probes run before and after the kernels, so the ceilings cover the time the kernels
-  // ran in (both_passes).
+  // ran in (both_passes); the bounds are worked out once both passes are in.
   say("measuring the bandwidth and compute probes");
   ProbeResults before = backend.probe(options.quick, configs);
-  std::vector<std::pair<MlaKernelConfig, bool>> order;
-  std::vector<KernelRun> runs;
   for (const MlaKernelConfig& c : configs) {
     for (bool naive : {false, true}) {
-      say(fmt::format("timing {}, heads {}, batch {}, context {}",
-                      naive ? "mla_decode.naive" : "mla_decode.absorbed", c.heads, c.batch,
+      KernelMeasurement& k = r.kernels.emplace_back();
+      k.name = naive ? "mla_decode.naive" : "mla_decode.absorbed";
+      k.config = c;
+      say(fmt::format("timing {}, heads {}, batch {}, context {}", k.name, c.heads, c.batch,
                       c.context));
-      runs.push_back(backend.run_mla(c, naive, options.quick));
-      order.emplace_back(c, naive);
+      KernelRun run = backend.run_mla(c, naive, options.quick);
+      k.time_s = run.time_s;
+      k.phases = run.phases;
+      k.max_abs_error = run.max_abs_error;
+      k.cos_diff = run.cos_diff;
+      k.cost = mla_kernel_cost(c, naive, backend.bytes_per_element());
+      k.achieved_bytes_per_s = k.cost.bytes / run.time_s.median;
+      k.achieved_flops_per_s = k.cost.flops / run.time_s.median;
+      k.working_set_bytes = mla_inputs_bytes(c, backend.bytes_per_element());
     }
   }
   say("measuring the probes again");
@@ -230,33 +232,17 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
     r.probes.levels.push_back({"main memory", 0, 0, r.probes.read_bytes_per_s});
   }
 
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    const auto& [c, naive] = order[i];
-    const KernelRun& run = runs[i];
-    std::string name = naive ? "mla_decode.naive" : "mla_decode.absorbed";
-    {
-      KernelMeasurement k;
-      k.name = name;
-      k.config = c;
-      k.time_s = run.time_s;
-      k.phases = run.phases;
-      k.cost = mla_kernel_cost(c, naive, backend.bytes_per_element());
-      k.achieved_bytes_per_s = k.cost.bytes / run.time_s.median;
-      k.achieved_flops_per_s = k.cost.flops / run.time_s.median;
-      k.working_set_bytes = mla_inputs_bytes(c, backend.bytes_per_element());
-      const MemoryLevel& level = backend.flushes_caches()
-                                     ? r.probes.levels.back()
-                                     : r.probes.level_holding(k.working_set_bytes);
-      k.memory_level = level.name;
-      k.memory_bytes_per_s = level.read_bytes_per_s.median;
-      k.memory_time_s = k.cost.bytes / k.memory_bytes_per_s;
-      k.compute_time_s = backend.compute_seconds(k.cost, naive, r.probes);
-      k.predicted_time_s = std::max(k.compute_time_s, k.memory_time_s);
-      k.roofline_fraction = k.predicted_time_s / run.time_s.median;
-      k.max_abs_error = run.max_abs_error;
-      k.cos_diff = run.cos_diff;
-      r.kernels.push_back(k);
-    }
+  for (KernelMeasurement& k : r.kernels) {
+    const MemoryLevel& level = backend.flushes_caches()
+                                   ? r.probes.levels.back()
+                                   : r.probes.level_holding(k.working_set_bytes);
+    k.memory_level = level.name;
+    k.memory_bytes_per_s = level.read_bytes_per_s.median;
+    k.memory_time_s = k.cost.bytes / k.memory_bytes_per_s;
+    bool naive = k.name == "mla_decode.naive";
+    k.compute_time_s = backend.compute_seconds(k.cost, naive, r.probes);
+    k.predicted_time_s = std::max(k.compute_time_s, k.memory_time_s);
+    k.roofline_fraction = k.predicted_time_s / k.time_s.median;
   }
   return r;
 }
