@@ -240,13 +240,15 @@ TEST_CASE("a kernel is bounded by the read rate of the level its inputs live in"
 
 namespace {
 
-/// The fake backend with its caches flushed before every run, as the cuda backend flushes the
-/// L2.
-class FlushingFake final : public MeasureBackend {
+/// The fake backend on another machine: one whose caches are flushed before every run, as the
+/// cuda backend flushes the L2, or one that speeds up while the kernels run, its second probe
+/// pass reading and computing 1.5x faster than the first.
+class VariedFake final : public MeasureBackend {
 public:
-  FlushingFake() : m_fake(make_measure_backend("fake")) {}
+  VariedFake(bool flushes, bool drifts)
+      : m_fake(make_measure_backend("fake")), m_flushes(flushes), m_drifts(drifts) {}
   [[nodiscard]] std::string name() const override { return "fake"; }
-  [[nodiscard]] std::string device() const override { return "flushing fake"; }
+  [[nodiscard]] std::string device() const override { return "varied fake"; }
   [[nodiscard]] unsigned threads() const override { return 1; }
   [[nodiscard]] double bytes_per_element() const override { return 2; }
   [[nodiscard]] double memory_available_bytes() const override { return 1e12; }
@@ -255,22 +257,34 @@ public:
   }
   [[nodiscard]] ProbeResults probe(bool quick,
                                    const std::vector<MlaKernelConfig>& configs) override {
-    return m_fake->probe(quick, configs);
+    ProbeResults p = m_fake->probe(quick, configs);
+    if (m_drifts && ++m_passes == 2) {
+      auto faster = [](Spread& s) { s = {s.median * 1.5, s.min * 1.5, s.max * 1.5, s.runs}; };
+      faster(p.read_bytes_per_s);
+      faster(*p.gemm.bf16);
+      for (MemoryLevel& level : p.levels) {
+        faster(level.read_bytes_per_s);
+      }
+    }
+    return p;
   }
-  [[nodiscard]] bool flushes_caches() const override { return true; }
+  [[nodiscard]] bool flushes_caches() const override { return m_flushes; }
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool quick) override {
     return m_fake->run_mla(c, naive, quick);
   }
 
 private:
   std::unique_ptr<MeasureBackend> m_fake;
+  bool m_flushes;
+  bool m_drifts;
+  int m_passes = 0;
 };
 
 } // namespace
 
 TEST_CASE("where the caches are flushed before each run, every kernel reads main memory",
           "[measure][levels]") {
-  FlushingFake backend;
+  VariedFake backend(true, false);
   MeasureOptions options;
   options.heads = {1};
   options.batches = {1};
@@ -314,48 +328,9 @@ TEST_CASE("the CPU's kernels are timed at the ceilings of the instructions they 
   CHECK(fake->compute_seconds(absorbed, false, p) == Approx(73'400'320.0 / 2e12));
 }
 
-namespace {
-
-/// The fake backend on a machine that speeds up while the kernels run: its second probe pass
-/// reads and computes 1.5x faster than the first.
-class DriftingFake final : public MeasureBackend {
-public:
-  DriftingFake() : m_fake(make_measure_backend("fake")) {}
-  [[nodiscard]] std::string name() const override { return "fake"; }
-  [[nodiscard]] std::string device() const override { return "drifting fake"; }
-  [[nodiscard]] unsigned threads() const override { return 1; }
-  [[nodiscard]] double bytes_per_element() const override { return 2; }
-  [[nodiscard]] double memory_available_bytes() const override { return 1e12; }
-  [[nodiscard]] double memory_needed_bytes(const MlaKernelConfig& c) const override {
-    return m_fake->memory_needed_bytes(c);
-  }
-  [[nodiscard]] ProbeResults probe(bool quick,
-                                   const std::vector<MlaKernelConfig>& configs) override {
-    ProbeResults p = m_fake->probe(quick, configs);
-    if (++m_passes == 2) {
-      auto faster = [](Spread& s) { s = {s.median * 1.5, s.min * 1.5, s.max * 1.5, s.runs}; };
-      faster(p.read_bytes_per_s);
-      faster(*p.gemm.bf16);
-      for (MemoryLevel& level : p.levels) {
-        faster(level.read_bytes_per_s);
-      }
-    }
-    return p;
-  }
-  [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool quick) override {
-    return m_fake->run_mla(c, naive, quick);
-  }
-
-private:
-  std::unique_ptr<MeasureBackend> m_fake;
-  int m_passes = 0;
-};
-
-} // namespace
-
 TEST_CASE("the probes run before and after the kernels, the faster pass the ceiling",
           "[measure][spread]") {
-  DriftingFake backend;
+  VariedFake backend(false, true);
   MeasureOptions options;
   options.heads = {1};
   options.batches = {8};
