@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <Eigen/Dense>
@@ -66,24 +69,39 @@ void keep_freed_memory() {
 
 namespace {
 
-/// A byte size as sysfs writes it ("48K", "2048K", "105M").
-std::uint64_t sysfs_bytes(const std::string& text) {
-  std::uint64_t value = std::stoull(text);
-  char unit = text.back();
-  return unit == 'K' ? value << 10 : unit == 'M' ? value << 20 : value;
+/// The leading decimal number of `text`, or none.
+std::optional<std::uint64_t> leading_number(std::string_view text) {
+  std::uint64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end == text.data()) {
+    return std::nullopt;
+  }
+  return value;
 }
 
-/// How many CPUs a sysfs CPU list names ("0-1", "0,2,4-7").
+/// A byte size as sysfs writes it ("48K", "2048K", "105M"); 0 for what does not parse.
+std::uint64_t sysfs_bytes(const std::string& text) {
+  std::optional<std::uint64_t> value = leading_number(text);
+  if (!value || *value > (1ULL << 40)) {
+    return 0;
+  }
+  char unit = text.back();
+  return unit == 'K' ? *value << 10 : unit == 'M' ? *value << 20 : *value;
+}
+
+/// How many CPUs a sysfs CPU list names ("0-1", "0,2,4-7"); parts that do not parse count none.
 unsigned cpus_in(const std::string& list) {
   unsigned count = 0;
   std::istringstream in(list);
   std::string part;
   while (std::getline(in, part, ',')) {
     auto dash = part.find('-');
-    unsigned lo = static_cast<unsigned>(std::stoul(part.substr(0, dash)));
-    unsigned hi =
-        dash == std::string::npos ? lo : static_cast<unsigned>(std::stoul(part.substr(dash + 1)));
-    count += hi >= lo ? hi - lo + 1 : 0;
+    std::optional<std::uint64_t> lo = leading_number(part.substr(0, dash));
+    std::optional<std::uint64_t> hi =
+        dash == std::string::npos ? lo : leading_number(part.substr(dash + 1));
+    if (lo && hi && *hi >= *lo && *hi - *lo < 65536) {
+      count += static_cast<unsigned>(*hi - *lo + 1);
+    }
   }
   return count;
 }
@@ -117,6 +135,9 @@ std::vector<CacheLevel> cache_levels(unsigned threads) {
       continue; // the L1 holds a few pages: no kernel's working set lives there
     }
     c.bytes_each = sysfs_bytes(size);
+    if (c.bytes_each == 0) {
+      continue;
+    }
     std::string shared = field("shared_cpu_list");
     unsigned sharing = shared.empty() ? 1 : std::max(1u, cpus_in(shared));
     c.instances = std::max(1u, (std::max(1u, threads) + sharing - 1) / sharing);
@@ -271,9 +292,10 @@ Spread measure_read_bandwidth(std::uint64_t bytes, unsigned threads, unsigned re
   std::vector<double> partial(threads, 0.0);
   constexpr std::uint64_t k_group = k_read_chains * simd::k_lanes;
   std::uint64_t chunk = ((n + threads - 1) / threads + k_group - 1) / k_group * k_group;
-  // Passes enough for 256 MiB a run, so a run of a cache-sized array lasts milliseconds, not the
-  // microseconds a thread takes to start.
-  std::uint64_t passes = std::max<std::uint64_t>(1, (256ULL << 20) / (n * sizeof(float)));
+  // Passes enough for 256 MiB a thread a run, so a run of a cache-sized array lasts
+  // milliseconds, not the microseconds a thread takes to start; at least 16, so the first pass
+  // of a part that another core read last is a small share of a run.
+  std::uint64_t passes = std::max<std::uint64_t>(16, (256ULL << 20) / (chunk * sizeof(float)));
   auto pass = [&](unsigned t, std::uint64_t count) {
     std::uint64_t lo = std::min(n, t * chunk);
     std::uint64_t hi = std::min(n, (t + 1) * chunk);

@@ -136,8 +136,9 @@ std::vector<Record> probe_rows(const ProbeResults& p) {
     row("FMA loop bf16 pairs", Cell::flops(p.fma_bf16_flops_per_s->median), p.fma_bf16_flops_per_s);
   }
   for (const auto& [label, rate] :
-       {std::pair{"GEMM fp32", p.gemm.fp32}, std::pair{"GEMM fp16", p.gemm.fp16},
-        std::pair{"GEMM bf16", p.gemm.bf16}}) {
+       {std::pair{"GEMM fp32", p.gemm.fp32},
+        std::pair{"GEMM fp32, the naive kernel's shape", p.kernel_gemm_fp32},
+        std::pair{"GEMM fp16", p.gemm.fp16}, std::pair{"GEMM bf16", p.gemm.bf16}}) {
     if (rate) {
       row(label, Cell::flops(rate->median), rate);
     }

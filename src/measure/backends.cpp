@@ -180,22 +180,29 @@ public:
     ProbeResults p;
     // Each cache level read with an array well inside it and well beyond the level below: half
     // of an L2 (the innermost measured), the geometric mean of the two capacities further out.
-    // A level under 4x the one below cannot be told from it, and is left out.
+    // A level under 4x the one below cannot be told from it by size: a private one is left out,
+    // a shared one (where kernels' inputs are placed) is read with half its capacity, partly
+    // from the caches inside it, which errs on the fast side, as a bound must.
     double inner = 0;
+    double largest = 0;
     for (const kernels::CacheLevel& cache : kernels::cache_levels(m_threads)) {
       auto capacity = static_cast<double>(cache.bytes());
-      if (inner > 0 && capacity < 4 * inner) {
+      bool shared = cache.instances == 1;
+      largest = std::max(largest, capacity);
+      bool apart = inner == 0 || capacity >= 4 * inner;
+      if (!apart && !shared) {
         continue;
       }
-      double working_set = inner > 0 ? std::sqrt(inner * capacity) : capacity / 2;
+      double working_set = inner > 0 && apart ? std::sqrt(inner * capacity) : capacity / 2;
       p.levels.push_back({"L" + std::to_string(cache.level), capacity, working_set,
                           kernels::measure_read_bandwidth(static_cast<std::uint64_t>(working_set),
                                                           m_threads, cpu_runs(quick)),
-                          cache.instances == 1});
-      inner = capacity;
+                          shared});
+      inner = std::max(inner, capacity);
     }
-    // DRAM by STREAM's rule: each array at least 4x the last-level cache.
-    std::uint64_t llc = kernels::last_level_cache_bytes();
+    // DRAM by STREAM's rule: each array at least 4x the last-level caches of all the threads
+    // (a CPU of several L3 slices has one per slice).
+    auto llc = static_cast<std::uint64_t>(largest > 0 ? largest : 32.0 * (1 << 20));
     std::uint64_t array =
         std::max<std::uint64_t>((quick ? 2 : 4) * llc, quick ? 32ULL << 20 : 64ULL << 20);
     kernels::BandwidthResult bw = kernels::measure_bandwidth(array, m_threads, cpu_runs(quick));
@@ -209,31 +216,41 @@ public:
     if (double bf16 = kernels::measure_fma_bf16_flops(m_threads, quick ? 0.05 : 0.25); bf16 > 0) {
       p.fma_bf16_flops_per_s = Spread{bf16, bf16, bf16, 1};
     }
-    // The GEMM at the naive kernel's own: a chunk of latent rows times one head's W_UK or W_UV
+    // The profile's GEMM: 1024³ a thread, --quick too, so a quick ceiling is not a smaller
+    // GEMM's. And the naive kernel's own: a chunk of latent rows times one head's W_UK or W_UV
     // (kernels/cpu/mla_decode.cpp), the chunk as long as the longest context asks.
+    p.gemm.fp32 = kernels::measure_gemm_flops({1024, 1024, 1024}, m_threads, cpu_runs(quick));
     const kernels::MlaShape dims;
     std::uint64_t rows = 1;
     for (const MlaKernelConfig& c : configs) {
       rows = std::max(rows, std::min<std::uint64_t>(c.context, kernels::k_naive_chunk_tokens));
     }
-    p.gemm.fp32 =
+    p.kernel_gemm_fp32 =
         kernels::measure_gemm_flops({rows, dims.d_c, dims.d_nope}, m_threads, cpu_runs(quick));
     return p;
   }
 
-  /// The naive kernel's FLOPs are Eigen GEMMs; the absorbed kernel's scores run on the bf16 pair
-  /// dot product where the build has it (else fp32 FMA), its weighted sum on fp32 FMA, and its
-  /// projections on Eigen GEMMs. The instructions share the vector pipes, so their times add.
-  [[nodiscard]] double compute_seconds(const KernelCost& cost, bool naive,
+  /// The naive kernel's FLOPs are Eigen GEMMs, at the faster of the two GEMM probes. The
+  /// absorbed kernel's run on fp32 FMA tiles, but for its scores at a shape with few query rows
+  /// in a build with AVX512-BF16 (kernels::absorbed_scores_in_bf16_pairs), which run on bf16
+  /// pair dot products; the instructions share the vector pipes, so their times add.
+  [[nodiscard]] double compute_seconds(const MlaKernelConfig& c, const KernelCost& cost, bool naive,
                                        const ProbeResults& probes) const override {
-    double gemm = probes.gemm.fp32 ? probes.gemm.fp32->median : 0;
-    if (naive || gemm <= 0) {
+    if (naive) {
+      double gemm = std::max(probes.gemm.fp32 ? probes.gemm.fp32->median : 0.0,
+                             probes.kernel_gemm_fp32 ? probes.kernel_gemm_fp32->median : 0.0);
       return gemm > 0 ? cost.flops / gemm : 0.0;
     }
     double fma = probes.fma_flops_per_s.median;
-    double scores = probes.fma_bf16_flops_per_s ? probes.fma_bf16_flops_per_s->median : fma;
-    double projections = cost.flops - cost.score_flops - cost.value_flops;
-    return cost.score_flops / scores + cost.value_flops / fma + projections / gemm;
+    if (fma <= 0) {
+      return 0;
+    }
+    double scores = fma;
+    if (probes.fma_bf16_flops_per_s && probes.fma_bf16_flops_per_s->median > 0 &&
+        kernels::absorbed_scores_in_bf16_pairs(detail::mla_shape(c))) {
+      scores = probes.fma_bf16_flops_per_s->median;
+    }
+    return cost.score_flops / scores + (cost.flops - cost.score_flops) / fma;
   }
 
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool quick) override {
@@ -300,6 +317,7 @@ public:
     p.fma_bf16_flops_per_s = steady(8.0e12);
     p.gemm.bf16 = steady(2.0e12);
     p.gemm.fp32 = steady(1.0e12);
+    p.kernel_gemm_fp32 = steady(0.9e12);
     return p;
   }
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool /*quick*/) override {

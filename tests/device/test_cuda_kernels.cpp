@@ -208,11 +208,12 @@ TEST_CASE("CUDA probes give plausible ceilings", "[cuda][probes]") {
   CHECK(bw.copy_bytes_per_s.median > 1e11);
   CHECK(bw.copy_bytes_per_s.median < 2e13);
   CHECK(bw.copy_bytes_per_s.runs == 3);
-  // Half the L2, summed over and over: faster than device memory, below any L2 there is.
+  // Half the L2, summed over and over: faster than device memory, and not the L1's rate (an L2
+  // reads at 2-4x device memory on the GPUs kvcalc knows).
   Spread l2 = cuda::measure_read_bandwidth(info.l2_bytes / 2, 3);
   CHECK(l2.runs == 3);
   CHECK(l2.median > bw.read_bytes_per_s.median);
-  CHECK(l2.median < 1e14);
+  CHECK(l2.median < 6 * bw.read_bytes_per_s.median);
   cuda::GemmRates g = cuda::measure_gemm_flops(2048, 3);
   CHECK(g.bf16.median > 1e12);
   CHECK(g.bf16.median < 1e16);

@@ -241,12 +241,14 @@ TEST_CASE("a kernel is bounded by the read rate of the level its inputs live in"
 namespace {
 
 /// The fake backend on another machine: one whose caches are flushed before every run, as the
-/// cuda backend flushes the L2, or one that speeds up while the kernels run, its second probe
-/// pass reading and computing 1.5x faster than the first.
+/// cuda backend flushes the L2; one that speeds up while the kernels run, its second probe pass
+/// reading and computing 1.5x faster than the first; or one whose L3 probe reads at `l3_scale`
+/// of the fake's.
 class VariedFake final : public MeasureBackend {
 public:
-  VariedFake(bool flushes, bool drifts)
-      : m_fake(make_measure_backend("fake")), m_flushes(flushes), m_drifts(drifts) {}
+  VariedFake(bool flushes, bool drifts, double l3_scale = 1)
+      : m_fake(make_measure_backend("fake")), m_flushes(flushes), m_drifts(drifts),
+        m_l3_scale(l3_scale) {}
   [[nodiscard]] std::string name() const override { return "fake"; }
   [[nodiscard]] std::string device() const override { return "varied fake"; }
   [[nodiscard]] unsigned threads() const override { return 1; }
@@ -258,6 +260,8 @@ public:
   [[nodiscard]] ProbeResults probe(bool quick,
                                    const std::vector<MlaKernelConfig>& configs) override {
     ProbeResults p = m_fake->probe(quick, configs);
+    Spread& l3 = p.levels[1].read_bytes_per_s;
+    l3 = {l3.median * m_l3_scale, l3.min * m_l3_scale, l3.max * m_l3_scale, l3.runs};
     if (m_drifts && ++m_passes == 2) {
       auto faster = [](Spread& s) { s = {s.median * 1.5, s.min * 1.5, s.max * 1.5, s.runs}; };
       faster(p.read_bytes_per_s);
@@ -277,6 +281,7 @@ private:
   std::unique_ptr<MeasureBackend> m_fake;
   bool m_flushes;
   bool m_drifts;
+  double m_l3_scale;
   int m_passes = 0;
 };
 
@@ -297,6 +302,21 @@ TEST_CASE("where the caches are flushed before each run, every kernel reads main
   CHECK(r.kernels[0].roofline_fraction == Approx(0.8 * 2));
 }
 
+TEST_CASE("a level's bound is never slower than main memory's", "[measure][levels]") {
+  // The L3 probe read 50 GB/s, below DRAM's 100 (a noisy run): inputs in the L3 are bounded at
+  // DRAM's rate, since DRAM could serve them at that.
+  VariedFake backend(false, false, 0.25);
+  MeasureOptions options;
+  options.heads = {1};
+  options.batches = {4};
+  options.contexts = {2048};
+  MeasureResult r = run_measure(backend, options);
+  REQUIRE(r.kernels.size() == 2);
+  CHECK(r.probes.levels[1].read_bytes_per_s.median == Approx(5e10));
+  CHECK(r.kernels[0].memory_level == "L3");
+  CHECK(r.kernels[0].memory_bytes_per_s == Approx(1e11));
+}
+
 TEST_CASE("the CPU's kernels are timed at the ceilings of the instructions they run",
           "[measure][levels]") {
   // docs/formulas.md, "Measured ceilings and kernel bounds": one head, batch 8, 4,096 tokens.
@@ -305,27 +325,43 @@ TEST_CASE("the CPU's kernels are timed at the ceilings of the instructions they 
   p.fma_flops_per_s = {250e9, 250e9, 250e9, 1};
   p.fma_bf16_flops_per_s = Spread{150e9, 150e9, 150e9, 1};
   p.gemm.fp32 = Spread{140e9, 140e9, 140e9, 10};
-  MlaKernelConfig c{1, 8, 4096, 1};
-  KernelCost absorbed = mla_kernel_cost(c, false, 2);
+  p.kernel_gemm_fp32 = Spread{160e9, 160e9, 160e9, 10};
+  MlaKernelConfig one{1, 8, 4096, 1};
+  KernelCost absorbed = mla_kernel_cost(one, false, 2);
   CHECK(absorbed.score_flops == 37'748'736.0); // 2·8·4096·576
   CHECK(absorbed.value_flops == 33'554'432.0); // 2·8·4096·512
-  // Scores at the bf16 pair rate, the weighted sum at fp32 FMA, 2,097,152 projection FLOPs at
-  // the GEMM rate: 0.2517 + 0.1342 + 0.0150 ms.
-  CHECK(cpu->compute_seconds(absorbed, false, p) ==
-        Approx(37'748'736.0 / 150e9 + 33'554'432.0 / 250e9 + 2'097'152.0 / 140e9));
-  CHECK(cpu->compute_seconds(absorbed, false, p) == Approx(0.401e-3).epsilon(0.001));
-  // Without bf16 pairs in the build, the scores run on fp32 FMA.
+  // One query row per sequence: the scores run on bf16 pairs where the build has them, the
+  // weighted sum and the 2,097,152 projection FLOPs on fp32 FMA: 0.2517 + 0.1426 ms.
+  kernels::MlaShape shape;
+  shape.heads = 1;
+  shape.batch = 8;
+  shape.context = 4096;
+  shape.query = 1;
+  double scores_rate = kernels::absorbed_scores_in_bf16_pairs(shape) ? 150e9 : 250e9;
+  CHECK(cpu->compute_seconds(one, absorbed, false, p) ==
+        Approx(37'748'736.0 / scores_rate + (73'400'320.0 - 37'748'736.0) / 250e9));
+  if (kernels::absorbed_scores_in_bf16_pairs(shape)) {
+    CHECK(cpu->compute_seconds(one, absorbed, false, p) == Approx(0.394e-3).epsilon(0.001));
+  }
+  // Sixteen heads fill a vector of rows: the page is widened once and every FLOP is fp32 FMA.
+  MlaKernelConfig sixteen{16, 8, 4096, 1};
+  shape.heads = 16;
+  CHECK_FALSE(kernels::absorbed_scores_in_bf16_pairs(shape));
+  KernelCost wide = mla_kernel_cost(sixteen, false, 2);
+  CHECK(cpu->compute_seconds(sixteen, wide, false, p) == Approx(wide.flops / 250e9));
+  // Without bf16 pairs measured, the scores run on fp32 FMA too.
   p.fma_bf16_flops_per_s.reset();
-  CHECK(cpu->compute_seconds(absorbed, false, p) ==
-        Approx((37'748'736.0 + 33'554'432.0) / 250e9 + 2'097'152.0 / 140e9));
-  // The naive kernel's FLOPs are GEMMs.
-  KernelCost naive = mla_kernel_cost(c, true, 2);
+  CHECK(cpu->compute_seconds(one, absorbed, false, p) == Approx(73'400'320.0 / 250e9));
+  // The naive kernel's FLOPs are GEMMs, at the faster of the square and the kernel-shaped probe.
+  KernelCost naive = mla_kernel_cost(one, true, 2);
   CHECK(naive.score_flops == 0);
-  CHECK(cpu->compute_seconds(naive, true, p) == Approx(8'610'906'112.0 / 140e9));
+  CHECK(cpu->compute_seconds(one, naive, true, p) == Approx(8'610'906'112.0 / 160e9));
+  p.gemm.fp32 = Spread{200e9, 200e9, 200e9, 10};
+  CHECK(cpu->compute_seconds(one, naive, true, p) == Approx(8'610'906'112.0 / 200e9));
   // Every other backend: all FLOPs at the GEMM rate, bf16 where measured.
   auto fake = make_measure_backend("fake");
   p.gemm.bf16 = Spread{2e12, 2e12, 2e12, 10};
-  CHECK(fake->compute_seconds(absorbed, false, p) == Approx(73'400'320.0 / 2e12));
+  CHECK(fake->compute_seconds(one, absorbed, false, p) == Approx(73'400'320.0 / 2e12));
 }
 
 TEST_CASE("the probes run before and after the kernels, the faster pass the ceiling",

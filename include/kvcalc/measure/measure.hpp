@@ -119,7 +119,11 @@ struct ProbeResults {
   Spread fma_flops_per_s; ///< fp32 FMA loop
   /// bf16 pair dot products into fp32 (a CPU with AVX512-BF16); none where not measured.
   std::optional<Spread> fma_bf16_flops_per_s;
-  GemmSpreads gemm; ///< GEMM per dtype (fp32 on the CPU)
+  GemmSpreads gemm; ///< GEMM per dtype (fp32 on the CPU), at a square shape: the profile's
+  /// fp32 GEMM at the shape of the naive kernel's own products (a chunk of latent rows times one
+  /// head's weight), where the backend runs them itself (cpu); its bound is the faster of this
+  /// and gemm.fp32.
+  std::optional<Spread> kernel_gemm_fp32;
 
   /// The GEMM medians: the roofline's compute ceilings.
   [[nodiscard]] device::PeakFlops gemm_flops_per_s() const;
@@ -157,7 +161,8 @@ public:
   [[nodiscard]] virtual bool flushes_caches() const { return false; }
   /// Seconds the kernel's FLOPs take at the ceilings of what it runs them on: by default every
   /// FLOP at the GEMM rate (bf16 where measured, else fp32).
-  [[nodiscard]] virtual double compute_seconds(const KernelCost& cost, bool naive,
+  [[nodiscard]] virtual double compute_seconds(const MlaKernelConfig& config,
+                                               const KernelCost& cost, bool naive,
                                                const ProbeResults& probes) const;
   /// Checks the kernel against the reference on these inputs (and naive against absorbed when
   /// the same configuration ran absorbed just before), then times it; a failed check throws

@@ -62,6 +62,12 @@ using MlaOutput = std::vector<float>;
 /// W_UK folded into the query, attention over the d_c + d_r latent, W_UV after.
 void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads);
 
+/// Whether mla_decode_absorbed computes the scores of `shape` with bf16 pair dot products:
+/// fewer query rows per sequence (query × heads) than a vector has lanes, in a build with
+/// AVX512-BF16. Otherwise they are fp32 FMA, over the page widened once. Its projections and
+/// weighted sum are fp32 FMA either way.
+[[nodiscard]] bool absorbed_scores_in_bf16_pairs(const MlaShape& shape);
+
 /// Tokens per chunk of the naive kernel's decompression: the chunk's fp32 latent (2.4 MB at
 /// DeepSeek's width) and its K and V fit in the L3 of any server CPU.
 inline constexpr std::uint64_t k_naive_chunk_tokens = 1024;
