@@ -111,14 +111,19 @@ TEST_CASE("a kernel that misses the bars is an error that says where", "[measure
 
 namespace {
 
+/// `backend` measured at one configuration.
+MeasureResult measure_at(MeasureBackend& backend, u64 heads, u64 batch, u64 context) {
+  MeasureOptions options;
+  options.heads = {heads};
+  options.batches = {batch};
+  options.contexts = {context};
+  return run_measure(backend, options);
+}
+
 /// The fake backend at one configuration: 1 head, batch 8, 4,096 tokens.
 MeasureResult fake_measurement() {
   auto backend = make_measure_backend("fake");
-  MeasureOptions options;
-  options.heads = {1};
-  options.batches = {8};
-  options.contexts = {4096};
-  return run_measure(*backend, options);
+  return measure_at(*backend, 1, 8, 4096);
 }
 
 } // namespace
@@ -199,14 +204,8 @@ TEST_CASE("a kernel is bounded by the read rate of the level its inputs live in"
   // one head, so the absorbed kernel is memory-bound at each. Inputs (mla_inputs_bytes): batch
   // 1 × 1k, 1.44 MB, fits the L2 but it is private; batch 4 × 2k, 9.7 MB; batch 16 × 4k, 75.8 MB.
   auto backend = make_measure_backend("fake");
-  MeasureOptions options;
-  options.heads = {1};
-  options.batches = {1};
-  options.contexts = {1024};
   auto level_of = [&](u64 batch, u64 context) {
-    options.batches = {batch};
-    options.contexts = {context};
-    MeasureResult r = run_measure(*backend, options);
+    MeasureResult r = measure_at(*backend, 1, batch, context);
     REQUIRE(r.kernels.size() == 2);
     const KernelMeasurement& k = r.kernels[0];
     CHECK(k.working_set_bytes == mla_inputs_bytes(k.config, 2));
@@ -222,9 +221,7 @@ TEST_CASE("a kernel is bounded by the read rate of the level its inputs live in"
   CHECK(level_of(16, 4096) == std::pair{std::string("DRAM"), 1e11});
 
   // The probe table's levels reach the profile with what each holds and read.
-  options.batches = {1};
-  options.contexts = {1024};
-  DeviceProfile profile = to_device_profile(run_measure(*backend, options), "fake.yaml");
+  DeviceProfile profile = to_device_profile(measure_at(*backend, 1, 1, 1024), "fake.yaml");
   CHECK_THAT(profile.details_yaml,
              Catch::Contains("memory_levels:\n  - {name: L2, capacity_bytes: 4.1943e+06, "
                              "shared: false, working_set_bytes: 2.09715e+06, read_bytes_per_s: "
@@ -290,11 +287,7 @@ private:
 TEST_CASE("where the caches are flushed before each run, every kernel reads main memory",
           "[measure][levels]") {
   VariedFake backend(true, false);
-  MeasureOptions options;
-  options.heads = {1};
-  options.batches = {1};
-  options.contexts = {1024};
-  MeasureResult r = run_measure(backend, options);
+  MeasureResult r = measure_at(backend, 1, 1, 1024);
   REQUIRE(r.kernels.size() == 2);
   CHECK(r.kernels[0].memory_level == "DRAM");
   CHECK(r.kernels[0].memory_bytes_per_s == 1e11);
@@ -306,11 +299,7 @@ TEST_CASE("a level's bound is never slower than main memory's", "[measure][level
   // The L3 probe read 50 GB/s, below DRAM's 100 (a noisy run): inputs in the L3 are bounded at
   // DRAM's rate, since DRAM could serve them at that.
   VariedFake backend(false, false, 0.25);
-  MeasureOptions options;
-  options.heads = {1};
-  options.batches = {4};
-  options.contexts = {2048};
-  MeasureResult r = run_measure(backend, options);
+  MeasureResult r = measure_at(backend, 1, 4, 2048);
   REQUIRE(r.kernels.size() == 2);
   CHECK(r.probes.levels[1].read_bytes_per_s.median == Approx(5e10));
   CHECK(r.kernels[0].memory_level == "L3");
@@ -367,11 +356,7 @@ TEST_CASE("the CPU's kernels are timed at the ceilings of the instructions they 
 TEST_CASE("the probes run before and after the kernels, the faster pass the ceiling",
           "[measure][spread]") {
   VariedFake backend(false, true);
-  MeasureOptions options;
-  options.heads = {1};
-  options.batches = {8};
-  options.contexts = {4096};
-  MeasureResult r = run_measure(backend, options);
+  MeasureResult r = measure_at(backend, 1, 8, 4096);
   // The fake's read runs lie within ±2% of 100 GB/s, then of 150 GB/s: the ceiling is the
   // faster pass, the spread (153 − 98) / 150 covers both, and the figure is flagged.
   CHECK(r.probes.read_bytes_per_s.median == Approx(1.5e11));
