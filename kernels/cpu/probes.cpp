@@ -148,11 +148,6 @@ std::vector<CacheLevel> cache_levels(unsigned threads) {
   return levels;
 }
 
-std::uint64_t last_level_cache_bytes() {
-  std::vector<CacheLevel> levels = cache_levels(1);
-  return levels.empty() ? 32ULL << 20 : levels.back().bytes_each;
-}
-
 BandwidthResult measure_bandwidth(std::uint64_t bytes_per_array, unsigned threads,
                                   unsigned repeats) {
   std::uint64_t n = bytes_per_array / sizeof(float);

@@ -274,7 +274,6 @@ TEST_CASE("CPU probes return sane figures (smoke)", "[kernels][probes]") {
   CHECK(gemm.median <= gemm.max);
   CHECK(gemm.median > 1e7);
   CHECK(gemm.median < 1e13);
-  CHECK(last_level_cache_bytes() >= (1ULL << 20));
   // A cache-sized array read over and over: faster than nothing, within what a core can load.
   Spread cached = measure_read_bandwidth(256ULL << 10, 1, 3);
   CHECK(cached.runs == 3);
@@ -297,9 +296,6 @@ TEST_CASE("cache levels are the L2 and beyond, innermost first, counted for the 
     if (i > 0) {
       CHECK(one[i].level > one[i - 1].level);
     }
-  }
-  if (!one.empty()) {
-    CHECK(last_level_cache_bytes() == one.back().bytes_each);
   }
 }
 

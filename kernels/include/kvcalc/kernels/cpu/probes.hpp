@@ -82,7 +82,4 @@ struct CacheLevel {
 /// empty where sysfs does not say.
 [[nodiscard]] std::vector<CacheLevel> cache_levels(unsigned threads);
 
-/// Bytes of one last-level cache (sysfs), or 32 MiB when the system does not say.
-[[nodiscard]] std::uint64_t last_level_cache_bytes();
-
 } // namespace kvcalc::kernels
