@@ -242,9 +242,10 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
     // A bound is never slower than a level further out: a cache probe that read below main
     // memory (a noisy run) does not bound the kernel below what main memory gives.
     k.memory_bytes_per_s = 0;
-    for (auto l = r.probes.levels.begin() + (&level - r.probes.levels.data());
-         l != r.probes.levels.end(); ++l) {
-      k.memory_bytes_per_s = std::max(k.memory_bytes_per_s, l->read_bytes_per_s.median);
+    for (std::size_t i = static_cast<std::size_t>(&level - r.probes.levels.data());
+         i < r.probes.levels.size(); ++i) {
+      k.memory_bytes_per_s =
+          std::max(k.memory_bytes_per_s, r.probes.levels[i].read_bytes_per_s.median);
     }
     k.memory_time_s = k.cost.bytes / k.memory_bytes_per_s;
     bool naive = k.name == "mla_decode.naive";
