@@ -1,6 +1,7 @@
 #include <kvcalc/kernels/cpu/mla_decode.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -96,7 +97,89 @@ struct AttentionPart {
   std::vector<float> o_lat;   ///< [rows][d_c]
   std::vector<float> maximum; ///< [stride]
   std::vector<float> sum;     ///< [stride]
+  // Working buffers of the pass over the pages.
+  std::vector<float> scores;  ///< [block][stride]: a page's scores, then its weights
+  std::vector<float> rescale; ///< [stride]
+  std::vector<float> widened; ///< wide: the page in fp32, [block][d_c + d_r]
+
+  /// Sized for `rows` query rows of `s`, the output and running figures reset; `q_rows` are
+  /// the rows' latent queries, [rows][d_c + d_r].
+  void start(const MlaShape& s, std::size_t rows, const float* q_rows);
 };
+
+void AttentionPart::start(const MlaShape& s, std::size_t rows, const float* q_rows) {
+  const std::size_t latent = s.d_c + s.d_r;
+  const std::size_t lanes = tiles::k_lanes;
+  wide = rows >= lanes;
+  stride = (rows + lanes - 1) / lanes * lanes;
+  if (wide) {
+    query.assign(latent * stride, 0.0f);
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t x = 0; x < latent; ++x) {
+        query[x * stride + r] = q_rows[r * latent + x];
+      }
+    }
+  } else {
+#if KVCALC_SIMD_BF16_PAIRS
+    // Rounded to bf16, as the GPU kernels (and FlashMLA) round the absorbed query.
+    query_pairs.resize(rows * latent);
+    for (std::size_t i = 0; i < rows * latent; ++i) {
+      query_pairs[i] = bf16_bits(q_rows[i]);
+    }
+#else
+    query.assign(q_rows, q_rows + rows * latent);
+#endif
+  }
+  o_lat.assign(rows * s.d_c, 0.0f);
+  maximum.assign(stride, -INFINITY);
+  sum.assign(stride, 0.0f);
+  scores.assign(s.block * stride, 0.0f);
+  rescale.resize(stride);
+  widened.resize(wide ? s.block * latent : 0);
+}
+
+/// Attends `rows` rows of `part` to `tokens` tokens of one page with an online softmax: the
+/// scores, the weights, and the weighted sum into the latent output. `next` (the next page, or
+/// null) is fetched meanwhile, so each page is read from memory once while the one before is
+/// worked on; a page (74 KB in bf16) stays in the L2 between its scores and its output, every
+/// row sharing the read.
+void attend_page(AttentionPart& part, const MlaShape& s, std::size_t rows, const tiles::Bf16* page,
+                 std::size_t tokens, const tiles::Bf16* next) {
+  using tiles::Bf16;
+  using tiles::Block;
+  const std::size_t latent = s.d_c + s.d_r;
+  if (part.wide) {
+    // Compute-bound: widen the page once, then the broadcast tiles read fp32.
+    tiles::widen_all(page, tokens * latent, part.widened.data());
+    Block<float> widened{part.widened.data(), latent};
+    tiles::wide_scores(Block<float>{part.query.data(), part.stride}, latent, widened, tokens,
+                       part.scores.data(), next, latent);
+    tiles::online_softmax(part.scores.data(), part.stride, tokens, part.maximum.data(),
+                          part.sum.data(), part.rescale.data());
+    tiles::weighted_sum(tiles::Weights{part.scores.data(), part.stride, 1}, part.rescale.data(),
+                        rows, widened, tokens, s.d_c, part.o_lat.data(), s.d_c);
+    return;
+  }
+  // Memory-bound: the tiles read the bf16 page as it is, scores row-major, S[row][t], so the
+  // softmax runs along the tokens.
+  Block<Bf16> bf16_page{page, latent};
+#if KVCALC_SIMD_BF16_PAIRS
+  tiles::dot_products(Block<Bf16>{part.query_pairs.data(), latent}, rows, bf16_page, tokens, latent,
+                      part.scores.data(), 1, s.block);
+#else
+  tiles::dot_products(Block<float>{part.query.data(), latent}, rows, bf16_page, tokens, latent,
+                      part.scores.data(), 1, s.block);
+#endif
+  tiles::online_softmax_rows(part.scores.data(), s.block, rows, tokens, part.maximum.data(),
+                             part.sum.data(), part.rescale.data());
+  // The next page is fetched during the weighted sum, not the scores: the scores pass waits on
+  // this page's own misses and fetches queued behind them are lost, while the weighted sum
+  // reads the page from the L2 and leaves the misses free (the measurements are in
+  // docs/performance.md, "`kvcalc measure` on the CPU").
+  tiles::weighted_sum(tiles::Weights{part.scores.data(), 1, s.block}, part.rescale.data(), rows,
+                      bf16_page, tokens, s.d_c, part.o_lat.data(), s.d_c, next,
+                      next != nullptr ? s.block * latent * sizeof(Bf16) : 0);
+}
 
 } // namespace
 
@@ -242,36 +325,8 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
     std::uint64_t b = item / splits;
     std::uint64_t split = item % splits;
     AttentionPart& part = parts[item];
-    part.wide = rows >= lanes;
-    part.stride = whole_vectors(rows);
-    const float* q_rows = q_lat.data() + b * rows * latent;
-    if (part.wide) {
-      part.query.assign(latent * part.stride, 0.0f);
-      for (std::size_t r = 0; r < rows; ++r) {
-        for (std::size_t x = 0; x < latent; ++x) {
-          part.query[x * part.stride + r] = q_rows[r * latent + x];
-        }
-      }
-    } else {
-#if KVCALC_SIMD_BF16_PAIRS
-      // Rounded to bf16, as the GPU kernels (and FlashMLA) round the absorbed query.
-      part.query_pairs.resize(rows * latent);
-      for (std::size_t i = 0; i < rows * latent; ++i) {
-        part.query_pairs[i] = bf16_bits(q_rows[i]);
-      }
-#else
-      part.query.assign(q_rows, q_rows + rows * latent);
-#endif
-    }
-    part.o_lat.assign(rows * s.d_c, 0.0f);
-    part.maximum.assign(part.stride, -INFINITY);
-    part.sum.assign(part.stride, 0.0f);
-    std::vector<float> scores(s.block * part.stride, 0.0f); // the scores, then the weights
-    std::vector<float> rescale(part.stride);
-    std::vector<float> widened(part.wide ? s.block * latent : 0); // the page in fp32
-    // One pass over this split's pages with an online softmax, each page read from DRAM once
-    // (a page, 74 KB in bf16, stays in the L2 between its scores and its output) while the
-    // next page is fetched, and every head sharing the read.
+    part.start(s, rows, q_lat.data() + b * rows * latent);
+    // One pass over this split's pages.
     std::uint64_t first = pages * split / splits;
     std::uint64_t last = pages * (split + 1) / splits;
     auto page_at = [&](std::uint64_t p) {
@@ -279,38 +334,7 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
     };
     for (std::uint64_t p = first; p < last; ++p) {
       std::size_t tokens = std::min(s.block, s.context - p * s.block);
-      const Bf16* next = p + 1 < last ? page_at(p + 1) : nullptr;
-      if (part.wide) {
-        // Compute-bound: widen the page once, then the broadcast tiles read fp32.
-        tiles::widen_all(page_at(p), tokens * latent, widened.data());
-        Block<float> page{widened.data(), latent};
-        tiles::wide_scores(Block<float>{part.query.data(), part.stride}, latent, page, tokens,
-                           scores.data(), next, latent);
-        tiles::online_softmax(scores.data(), part.stride, tokens, part.maximum.data(),
-                              part.sum.data(), rescale.data());
-        tiles::weighted_sum(tiles::Weights{scores.data(), part.stride, 1}, rescale.data(), rows,
-                            page, tokens, s.d_c, part.o_lat.data(), s.d_c);
-      } else {
-        // Memory-bound: the tiles read the bf16 page as it is.
-        Block<Bf16> page{page_at(p), latent};
-        // Scores row-major here, S[row][t], so the softmax runs along the tokens.
-#if KVCALC_SIMD_BF16_PAIRS
-        tiles::dot_products(Block<Bf16>{part.query_pairs.data(), latent}, rows, page, tokens,
-                            latent, scores.data(), 1, s.block);
-#else
-        tiles::dot_products(Block<float>{part.query.data(), latent}, rows, page, tokens, latent,
-                            scores.data(), 1, s.block);
-#endif
-        tiles::online_softmax_rows(scores.data(), s.block, rows, tokens, part.maximum.data(),
-                                   part.sum.data(), rescale.data());
-        // The next page is fetched during the weighted sum, not the scores: the scores pass
-        // waits on this page's own misses and fetches queued behind them are lost, while the
-        // weighted sum reads the page from the L2 and leaves the misses free (the measurements
-        // are in docs/performance.md, "`kvcalc measure` on the CPU").
-        tiles::weighted_sum(tiles::Weights{scores.data(), 1, s.block}, rescale.data(), rows, page,
-                            tokens, s.d_c, part.o_lat.data(), s.d_c, next,
-                            next != nullptr ? s.block * latent * sizeof(Bf16) : 0);
-      }
+      attend_page(part, s, rows, page_at(p), tokens, p + 1 < last ? page_at(p + 1) : nullptr);
     }
     if (splits == 1) {
       merge(b);
@@ -326,6 +350,55 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
                         Block<Bf16>{in.w_uv.data() + h * s.d_v * s.d_c, s.d_c}, s.d_v, s.d_c,
                         out.data() + h * s.d_v, 1, heads * s.d_v);
   });
+}
+
+double absorbed_page_flops(const MlaShape& shape) {
+  auto rows = static_cast<double>(shape.query * shape.heads);
+  return 2 * rows * static_cast<double>(shape.block) *
+         static_cast<double>(2 * shape.d_c + shape.d_r);
+}
+
+Spread measure_absorbed_page_flops(const MlaShape& shape, unsigned threads, unsigned repeats) {
+  const std::size_t rows = shape.query * shape.heads;
+  const std::size_t latent = shape.d_c + shape.d_r;
+  if (rows == 0 || shape.block == 0 || shape.d_c == 0) {
+    throw std::invalid_argument("absorbed page probe: every dimension must be at least 1");
+  }
+  threads = std::max(1u, threads);
+  // Each thread its own page and queries, so nothing is shared between the cores.
+  MlaShape one = shape;
+  one.batch = threads;
+  one.context = shape.block;
+  MlaInputs in = make_mla_inputs(one, 20260102);
+  std::vector<float> q_rows(rows * latent);
+  for (std::size_t i = 0; i < q_rows.size(); ++i) {
+    q_rows[i] = 0.01f * in.q[i % in.q.size()];
+  }
+  std::vector<AttentionPart> parts(threads);
+  // About 4·10⁸ FLOPs a thread a run: milliseconds, long against the clock and the pool.
+  const double page = absorbed_page_flops(shape);
+  const auto passes = static_cast<std::uint64_t>(std::max(1.0, 4e8 / page));
+  auto run = [&] {
+    parallel_for(threads, threads, [&](std::uint64_t t, unsigned /*worker*/) {
+      AttentionPart& part = parts[t];
+      part.start(shape, rows, q_rows.data());
+      const tiles::Bf16* data = in.cache.data() + in.block_table[t] * shape.block * latent;
+      for (std::uint64_t i = 0; i < passes; ++i) {
+        attend_page(part, shape, rows, data, shape.block, nullptr);
+      }
+    });
+  };
+  run();
+  std::vector<double> seconds;
+  for (unsigned rep = 0; rep < repeats; ++rep) {
+    auto start = std::chrono::steady_clock::now();
+    run();
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  volatile float observed = parts[0].o_lat[0];
+  (void)observed;
+  return rate_of(page * static_cast<double>(passes) * threads, spread_of(seconds));
 }
 
 void mla_decode_naive(const MlaInputs& in, MlaOutput& out, unsigned threads) {

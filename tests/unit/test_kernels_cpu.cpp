@@ -282,6 +282,26 @@ TEST_CASE("CPU probes return sane figures (smoke)", "[kernels][probes]") {
   CHECK(cached.median < 1e13);
 }
 
+TEST_CASE("the absorbed page probe times the kernel's page at a shape's rows",
+          "[kernels][probes]") {
+  MlaShape shape;
+  shape.heads = 16;
+  shape.query = 1;
+  // 2 · 16 rows · 64 tokens · (2 · 512 + 64).
+  CHECK(absorbed_page_flops(shape) == 2'228'224.0);
+  shape.heads = 8;
+  shape.query = 2;
+  CHECK(absorbed_page_flops(shape) == 2'228'224.0);
+  Spread page = measure_absorbed_page_flops(shape, 2, 3);
+  CHECK(page.runs == 3);
+  CHECK(page.min <= page.median);
+  CHECK(page.median <= page.max);
+  CHECK(page.median > 1e7);
+  CHECK(page.median < 1e13);
+  shape.heads = 0;
+  CHECK_THROWS_AS(measure_absorbed_page_flops(shape, 1, 1), std::invalid_argument);
+}
+
 TEST_CASE("cache levels are the L2 and beyond, innermost first, counted for the threads",
           "[kernels][probes]") {
   std::vector<CacheLevel> one = cache_levels(1);

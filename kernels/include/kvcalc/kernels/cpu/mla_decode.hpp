@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <kvcalc/kernels/cpu/probes.hpp>
+
 namespace kvcalc::kernels {
 
 /// Shapes of one MLA decode step (DeepSeek dimensions by default).
@@ -67,6 +69,19 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads);
 /// AVX512-BF16. Otherwise they are fp32 FMA, over the page widened once. Its projections and
 /// weighted sum are fp32 FMA either way.
 [[nodiscard]] bool absorbed_scores_in_bf16_pairs(const MlaShape& shape);
+
+/// FLOPs of the absorbed kernel's attention over one full page of `shape`: the scores against
+/// the d_c + d_R latent and the weighted sum of the d_c latent, for every query row.
+[[nodiscard]] double absorbed_page_flops(const MlaShape& shape);
+
+/// FLOP/s (absorbed_page_flops a page) of the absorbed kernel's attention over one page held in
+/// the caches, at `shape`'s query rows (query × heads), one page a thread on every thread, over
+/// `repeats` runs after a warm-up. It is the kernel's own code for a page (scores, online
+/// softmax, weighted sum, widening and exponentials included) without the page's trip from
+/// memory: the in-core ceiling its compute-bound shapes are held to, as the naive kernel's are
+/// held to a GEMM at its own shape.
+[[nodiscard]] Spread measure_absorbed_page_flops(const MlaShape& shape, unsigned threads,
+                                                 unsigned repeats);
 
 /// Tokens per chunk of the naive kernel's decompression: the chunk's fp32 latent (2.4 MB at
 /// DeepSeek's width) and its K and V fit in the L3 of any server CPU.
