@@ -245,10 +245,6 @@ MlaInputs make_mla_inputs(const MlaShape& shape, std::uint64_t seed) {
   return in;
 }
 
-bool absorbed_scores_in_bf16_pairs(const MlaShape& shape) {
-  return KVCALC_SIMD_BF16_PAIRS != 0 && shape.query * shape.heads < tiles::k_lanes;
-}
-
 void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) {
   using tiles::Bf16;
   using tiles::Block;

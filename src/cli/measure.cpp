@@ -143,6 +143,11 @@ std::vector<Record> probe_rows(const ProbeResults& p) {
       row(label, Cell::flops(rate->median), rate);
     }
   }
+  for (const RowsRate& page : p.absorbed_page_flops_per_s) {
+    row(fmt::format("absorbed kernel's page, {} {} (cached)", page.rows,
+                    page.rows == 1 ? "row" : "rows"),
+        Cell::flops(page.flops_per_s.median), page.flops_per_s);
+  }
   return rows;
 }
 

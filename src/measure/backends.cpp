@@ -227,13 +227,27 @@ public:
     }
     p.kernel_gemm_fp32 =
         kernels::measure_gemm_flops({rows, dims.d_c, dims.d_nope}, m_threads, cpu_runs(quick));
+    // The absorbed kernel's page at each row count its configurations run.
+    std::vector<u64> row_counts;
+    for (const MlaKernelConfig& c : configs) {
+      row_counts.push_back(c.heads * c.query);
+    }
+    std::sort(row_counts.begin(), row_counts.end());
+    row_counts.erase(std::unique(row_counts.begin(), row_counts.end()), row_counts.end());
+    for (u64 count : row_counts) {
+      kernels::MlaShape shape;
+      shape.heads = count;
+      shape.query = 1;
+      p.absorbed_page_flops_per_s.push_back(
+          {count, kernels::measure_absorbed_page_flops(shape, m_threads, cpu_runs(quick))});
+    }
     return p;
   }
 
   /// The naive kernel's FLOPs are Eigen GEMMs, at the faster of the two GEMM probes. The
-  /// absorbed kernel's run on fp32 FMA tiles, but for its scores at a shape with few query rows
-  /// in a build with AVX512-BF16 (kernels::absorbed_scores_in_bf16_pairs), which run on bf16
-  /// pair dot products; the instructions share the vector pipes, so their times add.
+  /// absorbed kernel's scores and weighted sum run at its own page's in-core rate
+  /// (ProbeResults::absorbed_page_flops_per_s), its projections on fp32 FMA tiles at the FMA
+  /// loop's; the two run one after the other, so their times add.
   [[nodiscard]] double compute_seconds(const MlaKernelConfig& c, const KernelCost& cost, bool naive,
                                        const ProbeResults& probes) const override {
     if (naive) {
@@ -241,16 +255,15 @@ public:
                              probes.kernel_gemm_fp32 ? probes.kernel_gemm_fp32->median : 0.0);
       return gemm > 0 ? cost.flops / gemm : 0.0;
     }
+    std::optional<Spread> page = probes.absorbed_page_at(c.heads * c.query);
     double fma = probes.fma_flops_per_s.median;
-    if (fma <= 0) {
-      return 0;
+    if (!page || page->median <= 0 || fma <= 0) {
+      throw Error(fmt::format("the probes did not measure the absorbed kernel's page at {} query "
+                              "rows, so its compute bound cannot be given",
+                              c.heads * c.query));
     }
-    double scores = fma;
-    if (probes.fma_bf16_flops_per_s && probes.fma_bf16_flops_per_s->median > 0 &&
-        kernels::absorbed_scores_in_bf16_pairs(detail::mla_shape(c))) {
-      scores = probes.fma_bf16_flops_per_s->median;
-    }
-    return cost.score_flops / scores + (cost.flops - cost.score_flops) / fma;
+    double attention = cost.score_flops + cost.value_flops;
+    return attention / page->median + (cost.flops - attention) / fma;
   }
 
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool quick) override {

@@ -99,6 +99,15 @@ PeakFlops ProbeResults::gemm_flops_per_s() const {
   return p;
 }
 
+std::optional<Spread> ProbeResults::absorbed_page_at(u64 rows) const {
+  for (const RowsRate& r : absorbed_page_flops_per_s) {
+    if (r.rows == rows) {
+      return r.flops_per_s;
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<std::pair<std::string, Spread>> ProbeResults::figures() const {
   std::vector<std::pair<std::string, Spread>> out;
   // The cache levels; main memory is the read probe below.
@@ -120,6 +129,9 @@ std::vector<std::pair<std::string, Spread>> ProbeResults::figures() const {
     if (rate) {
       out.emplace_back(key, *rate);
     }
+  }
+  for (const RowsRate& page : absorbed_page_flops_per_s) {
+    out.emplace_back(fmt::format("absorbed_page_{}_rows_flops_per_s", page.rows), page.flops_per_s);
   }
   return out;
 }
@@ -151,6 +163,10 @@ ProbeResults both_passes(ProbeResults a, const ProbeResults& b) {
   a.gemm.fp16 = both_passes(a.gemm.fp16, b.gemm.fp16);
   a.gemm.bf16 = both_passes(a.gemm.bf16, b.gemm.bf16);
   a.kernel_gemm_fp32 = both_passes(a.kernel_gemm_fp32, b.kernel_gemm_fp32);
+  for (RowsRate& page : a.absorbed_page_flops_per_s) {
+    page.flops_per_s = both_passes(std::optional(page.flops_per_s), b.absorbed_page_at(page.rows))
+                           .value_or(page.flops_per_s);
+  }
   for (std::size_t i = 0; i < a.levels.size() && i < b.levels.size(); ++i) {
     a.levels[i].read_bytes_per_s =
         both_passes(a.levels[i].read_bytes_per_s, b.levels[i].read_bytes_per_s);

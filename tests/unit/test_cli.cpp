@@ -148,8 +148,11 @@ TEST_CASE("measure on the CPU: checked kernels, sane figures, a profile the roof
   CHECK(r.code == 0);
   CHECK(r.out.find("\"name\": \"mla_decode.absorbed\"") != std::string::npos);
   CHECK(r.out.find("\"name\": \"mla_decode.naive\"") != std::string::npos);
+  // The absorbed kernel's page was timed at its two query rows, and bounds it in the profile.
+  CHECK(r.out.find("\"absorbed_page_2_rows_flops_per_s\": {") != std::string::npos);
   std::string yaml = slurp(profile);
   CHECK(yaml.find("backend: cpu") != std::string::npos);
+  CHECK(yaml.find("  absorbed_page_2_rows_flops_per_s: {median: ") != std::string::npos);
   // A named GPU gets the measured ceilings, with a warning that they are not its own.
   Run roof =
       invoke({"roofline", "llama-3.1-8b", "--gpu", "h100", "--device-profile", profile.string()});

@@ -315,32 +315,34 @@ TEST_CASE("the CPU's kernels are timed at the ceilings of the instructions they 
   p.fma_bf16_flops_per_s = Spread{150e9, 150e9, 150e9, 1};
   p.gemm.fp32 = Spread{140e9, 140e9, 140e9, 10};
   p.kernel_gemm_fp32 = Spread{160e9, 160e9, 160e9, 10};
+  p.absorbed_page_flops_per_s = {{1, Spread{60e9, 60e9, 60e9, 10}},
+                                 {16, Spread{100e9, 100e9, 100e9, 10}}};
   MlaKernelConfig one{1, 8, 4096, 1};
   KernelCost absorbed = mla_kernel_cost(one, false, 2);
   CHECK(absorbed.score_flops == 37'748'736.0); // 2·8·4096·576
   CHECK(absorbed.value_flops == 33'554'432.0); // 2·8·4096·512
-  // One query row per sequence: the scores run on bf16 pairs where the build has them, the
-  // weighted sum and the 2,097,152 projection FLOPs on fp32 FMA: 0.2517 + 0.1426 ms.
-  kernels::MlaShape shape;
-  shape.heads = 1;
-  shape.batch = 8;
-  shape.context = 4096;
-  shape.query = 1;
-  double scores_rate = kernels::absorbed_scores_in_bf16_pairs(shape) ? 150e9 : 250e9;
+  // One query row per sequence: the scores and the weighted sum at the page probe's one-row
+  // rate, the 2,097,152 projection FLOPs at the FMA loop's: 1.1883 + 0.0084 ms.
   CHECK(cpu->compute_seconds(one, absorbed, false, p) ==
-        Approx(37'748'736.0 / scores_rate + (73'400'320.0 - 37'748'736.0) / 250e9));
-  if (kernels::absorbed_scores_in_bf16_pairs(shape)) {
-    CHECK(cpu->compute_seconds(one, absorbed, false, p) == Approx(0.394e-3).epsilon(0.001));
-  }
-  // Sixteen heads fill a vector of rows: the page is widened once and every FLOP is fp32 FMA.
+        Approx(71'303'168.0 / 60e9 + 2'097'152.0 / 250e9));
+  CHECK(cpu->compute_seconds(one, absorbed, false, p) == Approx(1.1967e-3).epsilon(0.001));
+  // Sixteen heads: the sixteen-row rate. Rows are heads × query: 8 heads of 2 query tokens
+  // are sixteen rows too.
   MlaKernelConfig sixteen{16, 8, 4096, 1};
-  shape.heads = 16;
-  CHECK_FALSE(kernels::absorbed_scores_in_bf16_pairs(shape));
   KernelCost wide = mla_kernel_cost(sixteen, false, 2);
-  CHECK(cpu->compute_seconds(sixteen, wide, false, p) == Approx(wide.flops / 250e9));
-  // Without bf16 pairs measured, the scores run on fp32 FMA too.
-  p.fma_bf16_flops_per_s.reset();
-  CHECK(cpu->compute_seconds(one, absorbed, false, p) == Approx(73'400'320.0 / 250e9));
+  double attention = wide.score_flops + wide.value_flops;
+  CHECK(cpu->compute_seconds(sixteen, wide, false, p) ==
+        Approx(attention / 100e9 + (wide.flops - attention) / 250e9));
+  MlaKernelConfig two_tokens{8, 8, 4096, 2};
+  KernelCost speculative = mla_kernel_cost(two_tokens, false, 2);
+  CHECK(speculative.score_flops == wide.score_flops);
+  CHECK(cpu->compute_seconds(two_tokens, speculative, false, p) ==
+        Approx(cpu->compute_seconds(sixteen, wide, false, p)));
+  // A row count the page probe did not run: no bound, said so.
+  MlaKernelConfig eight{8, 8, 4096, 1};
+  KernelCost unprobed = mla_kernel_cost(eight, false, 2);
+  CHECK_THROWS_WITH(cpu->compute_seconds(eight, unprobed, false, p),
+                    Catch::Contains("absorbed kernel's page at 8 query rows"));
   // The naive kernel's FLOPs are GEMMs, at the faster of the square and the kernel-shaped probe.
   KernelCost naive = mla_kernel_cost(one, true, 2);
   CHECK(naive.score_flops == 0);

@@ -103,6 +103,13 @@ struct MemoryLevel {
   bool shared = true;
 };
 
+/// A compute ceiling measured at one of the kernels' shapes: its query rows per sequence
+/// (heads × query).
+struct RowsRate {
+  u64 rows = 0;
+  Spread flops_per_s;
+};
+
 struct ProbeResults {
   /// Innermost first; the last is main memory, its rate the read probe's.
   std::vector<MemoryLevel> levels;
@@ -124,6 +131,12 @@ struct ProbeResults {
   /// head's weight), where the backend runs them itself (cpu); its bound is the faster of this
   /// and gemm.fp32.
   std::optional<Spread> kernel_gemm_fp32;
+  /// The absorbed kernel's attention over one page held in the caches, at each row count the
+  /// kernels run (kernels::measure_absorbed_page_flops), where the backend runs it itself (cpu):
+  /// the in-core ceiling of its scores and weighted sum. Ascending rows.
+  std::vector<RowsRate> absorbed_page_flops_per_s;
+  /// The rate at `rows`; none where not measured.
+  [[nodiscard]] std::optional<Spread> absorbed_page_at(u64 rows) const;
 
   /// The GEMM medians: the roofline's compute ceilings.
   [[nodiscard]] device::PeakFlops gemm_flops_per_s() const;

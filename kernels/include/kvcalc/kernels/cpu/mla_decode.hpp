@@ -64,12 +64,6 @@ using MlaOutput = std::vector<float>;
 /// W_UK folded into the query, attention over the d_c + d_r latent, W_UV after.
 void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads);
 
-/// Whether mla_decode_absorbed computes the scores of `shape` with bf16 pair dot products:
-/// fewer query rows per sequence (query × heads) than a vector has lanes, in a build with
-/// AVX512-BF16. Otherwise they are fp32 FMA, over the page widened once. Its projections and
-/// weighted sum are fp32 FMA either way.
-[[nodiscard]] bool absorbed_scores_in_bf16_pairs(const MlaShape& shape);
-
 /// FLOPs of the absorbed kernel's attention over one full page of `shape`: the scores against
 /// the d_c + d_R latent and the weighted sum of the d_c latent, for every query row.
 [[nodiscard]] double absorbed_page_flops(const MlaShape& shape);
