@@ -190,7 +190,7 @@ Record describe_kernel(const KernelMeasurement& k) {
   r.value("memory_bytes_per_s", Cell::bytes_per_s(k.memory_bytes_per_s));
   r.value("memory_time_s", Cell::seconds(k.memory_time_s));
   r.value("compute_time_s", Cell::seconds(k.compute_time_s));
-  r.value("bound", "bound", Cell::text(k.compute_time_s >= k.memory_time_s ? "compute" : "memory"));
+  r.value("bound", "bound", Cell::text(k.bound));
   r.value("predicted_time_s", "predicted", Cell::seconds(k.predicted_time_s));
   r.value("roofline_fraction", "of roofline", Cell::share(k.roofline_fraction));
   r.value("max_abs_error", "max |err|", Cell::number(k.max_abs_error));

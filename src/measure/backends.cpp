@@ -255,15 +255,15 @@ public:
                              probes.kernel_gemm_fp32 ? probes.kernel_gemm_fp32->median : 0.0);
       return gemm > 0 ? cost.flops / gemm : 0.0;
     }
-    std::optional<Spread> page = probes.absorbed_page_at(c.heads * c.query);
+    double attention = cost.score_flops + cost.value_flops;
     double fma = probes.fma_flops_per_s.median;
-    if (!page || page->median <= 0 || fma <= 0) {
+    std::optional<Spread> page = probes.absorbed_page_at(c.heads * c.query);
+    if (fma <= 0 || (attention > 0 && (!page || page->median <= 0))) {
       throw Error(fmt::format("the probes did not measure the absorbed kernel's page at {} query "
                               "rows, so its compute bound cannot be given",
                               c.heads * c.query));
     }
-    double attention = cost.score_flops + cost.value_flops;
-    return attention / page->median + (cost.flops - attention) / fma;
+    return (attention > 0 ? attention / page->median : 0.0) + (cost.flops - attention) / fma;
   }
 
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool quick) override {
@@ -334,12 +334,14 @@ public:
     return p;
   }
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool /*quick*/) override {
-    KernelCost k = mla_kernel_cost(c, naive, bytes_per_element());
     // Read from the shared level its inputs fit (the L2 is private), as a CPU's caches keep
-    // them between runs.
+    // them between runs, step after step.
     double inputs = mla_inputs_bytes(c, bytes_per_element());
     double rate = inputs <= k_l3_bytes ? 2.0e11 : 1.0e11;
-    double bound = std::max(k.flops / 2.0e12, k.bytes / rate);
+    double bound = 0;
+    for (const KernelStep& step : mla_kernel_steps(c, naive, bytes_per_element())) {
+      bound += std::max(step.cost.flops / 2.0e12, step.cost.bytes / rate);
+    }
     KernelRun r;
     double time = bound * (naive ? 1.4 : 1.25);
     r.time_s = naive ? noisy(time) : steady(time);

@@ -28,28 +28,45 @@ constexpr double k_dv = 128;
 constexpr double k_page_tokens = 64; // the kernels' cache block
 } // namespace
 
-KernelCost mla_kernel_cost(const MlaKernelConfig& c, bool naive, double w) {
+std::vector<KernelStep> mla_kernel_steps(const MlaKernelConfig& c, bool naive, double w) {
   double b = static_cast<double>(c.batch);
   double h = static_cast<double>(c.heads);
   double s = static_cast<double>(c.query);
   double t = static_cast<double>(c.context);
-  KernelCost k;
+  double rows = b * s * h;
   double latent = b * t * (k_dc + k_dr) * w;
-  double weights = h * k_dc * (k_dnope + k_dv) * w;
-  double q_and_o = b * s * h * (k_dnope + k_dr + k_dv) * w;
   if (naive) {
-    k.flops = 2 * b * t * k_dc * h * (k_dnope + k_dv) + 2 * b * s * h * t * (k_dnope + k_dr) +
-              2 * b * s * h * t * k_dv;
+    KernelCost k;
+    k.flops = 2 * b * t * k_dc * h * (k_dnope + k_dv) + 2 * rows * t * (k_dnope + k_dr) +
+              2 * rows * t * k_dv;
     // Per head, the decompressed K and V are written and read back.
-    k.bytes = latent + weights + q_and_o + 2 * b * h * t * (k_dnope + k_dv) * w;
-  } else {
-    k.score_flops = 2 * b * s * h * t * (k_dc + k_dr);
-    k.value_flops = 2 * b * s * h * t * k_dc;
-    k.flops = 2 * b * s * h * k_dnope * k_dc + k.score_flops + k.value_flops +
-              2 * b * s * h * k_dc * k_dv;
-    k.bytes = latent + weights + q_and_o;
+    k.bytes = latent + h * k_dc * (k_dnope + k_dv) * w + rows * (k_dnope + k_dr + k_dv) * w +
+              2 * b * h * t * (k_dnope + k_dv) * w;
+    return {{"decode", k}};
   }
-  return k;
+  KernelCost q_absorb;
+  q_absorb.flops = 2 * rows * k_dnope * k_dc;
+  q_absorb.bytes = h * k_dc * k_dnope * w + rows * (k_dnope + k_dr) * w;
+  KernelCost attention;
+  attention.score_flops = 2 * rows * t * (k_dc + k_dr);
+  attention.value_flops = 2 * rows * t * k_dc;
+  attention.flops = attention.score_flops + attention.value_flops;
+  attention.bytes = latent;
+  KernelCost w_uv;
+  w_uv.flops = 2 * rows * k_dc * k_dv;
+  w_uv.bytes = h * k_dc * k_dv * w + rows * k_dv * w;
+  return {{"q_absorb", q_absorb}, {"attention", attention}, {"w_uv", w_uv}};
+}
+
+KernelCost mla_kernel_cost(const MlaKernelConfig& c, bool naive, double w) {
+  KernelCost total;
+  for (const KernelStep& step : mla_kernel_steps(c, naive, w)) {
+    total.flops += step.cost.flops;
+    total.bytes += step.cost.bytes;
+    total.score_flops += step.cost.score_flops;
+    total.value_flops += step.cost.value_flops;
+  }
+  return total;
 }
 
 double mla_inputs_bytes(const MlaKernelConfig& c, double w) {
@@ -263,10 +280,17 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
       k.memory_bytes_per_s =
           std::max(k.memory_bytes_per_s, r.probes.levels[i].read_bytes_per_s.median);
     }
-    k.memory_time_s = k.cost.bytes / k.memory_bytes_per_s;
     bool naive = k.name == "mla_decode.naive";
-    k.compute_time_s = backend.compute_seconds(k.config, k.cost, naive, r.probes);
-    k.predicted_time_s = std::max(k.compute_time_s, k.memory_time_s);
+    double compute_bound_s = 0;
+    for (const KernelStep& step : mla_kernel_steps(k.config, naive, backend.bytes_per_element())) {
+      double memory = step.cost.bytes / k.memory_bytes_per_s;
+      double compute = backend.compute_seconds(k.config, step.cost, naive, r.probes);
+      k.memory_time_s += memory;
+      k.compute_time_s += compute;
+      k.predicted_time_s += std::max(memory, compute);
+      compute_bound_s += compute >= memory ? compute : 0;
+    }
+    k.bound = 2 * compute_bound_s >= k.predicted_time_s ? "compute" : "memory";
     k.roofline_fraction = k.predicted_time_s / k.time_s.median;
   }
   return r;

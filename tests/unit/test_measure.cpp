@@ -21,6 +21,26 @@ TEST_CASE("MLA kernel costs match the worked example of docs/formulas.md", "[mea
   CHECK(naive.bytes == 71'570'432.0);
   // Decompression 2·8·4096·512·256, scores 2·8·4096·192, P·V 2·8·4096·128.
   CHECK(naive.flops == 8'610'906'112.0);
+
+  // The absorbed kernel's three steps: q_absorb reads W_UK (512·128·2) and the queries
+  // (8·192·2), attention the latent, w_uv W_UV and writes the output (8·128·2).
+  std::vector<KernelStep> steps = mla_kernel_steps(c, false, 2);
+  REQUIRE(steps.size() == 3);
+  CHECK(steps[0].name == "q_absorb");
+  CHECK(steps[0].cost.flops == 1'048'576.0);
+  CHECK(steps[0].cost.bytes == 134'144.0);
+  CHECK(steps[1].name == "attention");
+  CHECK(steps[1].cost.flops == 71'303'168.0);
+  CHECK(steps[1].cost.score_flops == 37'748'736.0);
+  CHECK(steps[1].cost.bytes == 37'748'736.0);
+  CHECK(steps[2].name == "w_uv");
+  CHECK(steps[2].cost.flops == 1'048'576.0);
+  CHECK(steps[2].cost.bytes == 133'120.0);
+  // The naive kernel is one step, its whole cost.
+  std::vector<KernelStep> one = mla_kernel_steps(c, true, 2);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].cost.flops == naive.flops);
+  CHECK(one[0].cost.bytes == naive.bytes);
 }
 
 TEST_CASE("MLA inputs take whole pages of the cache, the weights and the fp32 queries",
@@ -127,6 +147,30 @@ MeasureResult fake_measurement() {
 }
 
 } // namespace
+
+TEST_CASE("a kernel's bound is the sum of its steps' bounds", "[measure][levels]") {
+  // 16 heads, batch 8, 4,096 tokens on the fake backend: inputs of 42 MB in DRAM at 100 GB/s,
+  // every FLOP at its 2 TFLOP/s bf16 GEMM. q_absorb: 16,777,216 FLOP (8.39 µs) but 2,146,304 B
+  // (21.46 µs); attention 1,140,850,688 FLOP (570.43 µs), 37,748,736 B (377.49 µs); w_uv
+  // 16,777,216 FLOP (8.39 µs), 2,129,920 B (21.30 µs). The projections are memory-bound and
+  // run before and after the attention, so the bound is 21.46 + 570.43 + 21.30 = 613.19 µs,
+  // not the 587.20 µs of the whole kernel's compute.
+  auto fake = make_measure_backend("fake");
+  MeasureResult r = measure_at(*fake, 16, 8, 4096);
+  REQUIRE(r.kernels.size() == 2);
+  const KernelMeasurement& k = r.kernels[0];
+  CHECK(k.memory_level == "DRAM");
+  CHECK(k.predicted_time_s == Approx(613.187584e-6));
+  CHECK(k.compute_time_s == Approx(587.20256e-6));
+  CHECK(k.memory_time_s == Approx(420.2496e-6));
+  CHECK(k.bound == "compute");
+  // The fake plays a machine that runs each step at 1.25x its bound.
+  CHECK(k.roofline_fraction == Approx(0.8));
+  // One head: every step is memory-bound.
+  MeasureResult one = measure_at(*fake, 1, 8, 4096);
+  CHECK(one.kernels[0].bound == "memory");
+  CHECK(one.kernels[0].predicted_time_s == Approx(one.kernels[0].memory_time_s));
+}
 
 TEST_CASE("the roofline bound of a kernel uses the read probe as its memory ceiling", "[measure]") {
   // The fake backend's copy and triad probes beat its read probe, as on a CPU with few cores;

@@ -35,7 +35,22 @@ struct KernelCost {
   double value_flops = 0;
 };
 
-/// `naive` true: decompression per head with K and V written and read back (materialized).
+/// One step of a kernel, run to its end before the next begins (a barrier between thread pool
+/// tasks, a launch on a GPU stream): the bound of a kernel is the sum of its steps' bounds.
+struct KernelStep {
+  std::string name; ///< "q_absorb", "attention", "w_uv"; the naive kernel's one step "decode"
+  KernelCost cost;
+};
+
+/// The steps of one MLA decode kernel, in order. Absorbed: q_absorb (q_nope · W_UK over the
+/// batch: W_UK and the queries read), attention (scores and weighted sum over the latent cache),
+/// w_uv (the latent output · W_UV: W_UV read, the output written). Naive: one step, since each
+/// task decompresses a chunk and attends to it before the next. `naive` true: decompression per
+/// head with K and V written and read back (materialized).
+[[nodiscard]] std::vector<KernelStep> mla_kernel_steps(const MlaKernelConfig& c, bool naive,
+                                                       double bytes_per_element);
+
+/// The sum of mla_kernel_steps.
 [[nodiscard]] KernelCost mla_kernel_cost(const MlaKernelConfig& c, bool naive,
                                          double bytes_per_element);
 
@@ -78,9 +93,12 @@ struct KernelMeasurement {
   double memory_bytes_per_s = 0; ///< that level's read rate
   double memory_time_s = 0;      ///< bytes at that rate
   double compute_time_s = 0;     ///< FLOPs at the ceilings of the instructions the kernel runs
-  double predicted_time_s = 0;   ///< the larger of the two
-  double roofline_fraction = 0;  ///< predicted / measured
-  double max_abs_error = 0;      ///< against the double reference
+  /// Σ over the kernel's steps (mla_kernel_steps) of the larger of each step's memory and compute
+  /// time; memory_time_s and compute_time_s are the sums of the steps' own.
+  double predicted_time_s = 0;
+  std::string bound;            ///< "compute" or "memory": which sets most of predicted_time_s
+  double roofline_fraction = 0; ///< predicted / measured
+  double max_abs_error = 0;     ///< against the double reference
   double cos_diff = 0;
 };
 
