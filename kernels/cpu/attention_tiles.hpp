@@ -5,8 +5,8 @@
 // - many query rows (heads × query tokens ≥ one vector): the rows are the vector lanes, as in
 //   a GEMM micro-kernel: the latent query is transposed once, Qt[x][row], and each page value
 //   K[t][x] is broadcast against Qt[x], so no horizontal sums are needed (`wide_scores`);
-// - few rows (memory-bound): each score is a dot product vectorised along the latent width,
-//   reading the bf16 page directly (`dot_products`).
+// - few rows (the shapes that are memory-bound on most machines): each score is a dot product
+//   vectorised along the latent width, reading the bf16 page directly (`dot_products`).
 // The output O[row] += Σ_t P[t][row] · V[t] broadcasts each weight against vectors of V
 // (`weighted_sum`). Every tile fills the register file: accumulators, operand vectors and one
 // spare. Matrices are row-major `Block`s of fp32 or of bf16 bits (`Bf16`), widened on load.

@@ -97,14 +97,20 @@ struct AttentionPart {
   std::vector<float> o_lat;   ///< [rows][d_c]
   std::vector<float> maximum; ///< [stride]
   std::vector<float> sum;     ///< [stride]
-  // Working buffers of the pass over the pages.
-  std::vector<float> scores;  ///< [block][stride]: a page's scores, then its weights
-  std::vector<float> rescale; ///< [stride]
-  std::vector<float> widened; ///< wide: the page in fp32, [block][d_c + d_r]
 
   /// Sized for `rows` query rows of `s`, the output and running figures reset; `q_rows` are
   /// the rows' latent queries, [rows][d_c + d_r].
   void start(const MlaShape& s, std::size_t rows, const float* q_rows);
+};
+
+/// The working buffers of one pass over a part's pages, held only while it runs.
+struct PageScratch {
+  PageScratch(const MlaShape& s, const AttentionPart& part)
+      : scores(s.block * part.stride, 0.0f), rescale(part.stride),
+        widened(part.wide ? s.block * (s.d_c + s.d_r) : 0) {}
+  std::vector<float> scores;  ///< [block][stride]: a page's scores, then its weights
+  std::vector<float> rescale; ///< [stride]
+  std::vector<float> widened; ///< wide: the page in fp32, [block][d_c + d_r]
 };
 
 void AttentionPart::start(const MlaShape& s, std::size_t rows, const float* q_rows) {
@@ -133,9 +139,6 @@ void AttentionPart::start(const MlaShape& s, std::size_t rows, const float* q_ro
   o_lat.assign(rows * s.d_c, 0.0f);
   maximum.assign(stride, -INFINITY);
   sum.assign(stride, 0.0f);
-  scores.assign(s.block * stride, 0.0f);
-  rescale.resize(stride);
-  widened.resize(wide ? s.block * latent : 0);
 }
 
 /// Attends `rows` rows of `part` to `tokens` tokens of one page with an online softmax: the
@@ -143,40 +146,40 @@ void AttentionPart::start(const MlaShape& s, std::size_t rows, const float* q_ro
 /// null) is fetched meanwhile, so each page is read from memory once while the one before is
 /// worked on; a page (74 KB in bf16) stays in the L2 between its scores and its output, every
 /// row sharing the read.
-void attend_page(AttentionPart& part, const MlaShape& s, std::size_t rows, const tiles::Bf16* page,
-                 std::size_t tokens, const tiles::Bf16* next) {
+void attend_page(AttentionPart& part, PageScratch& w, const MlaShape& s, std::size_t rows,
+                 const tiles::Bf16* page, std::size_t tokens, const tiles::Bf16* next) {
   using tiles::Bf16;
   using tiles::Block;
   const std::size_t latent = s.d_c + s.d_r;
   if (part.wide) {
-    // Compute-bound: widen the page once, then the broadcast tiles read fp32.
-    tiles::widen_all(page, tokens * latent, part.widened.data());
-    Block<float> widened{part.widened.data(), latent};
+    // Many rows: widen the page once, then the broadcast tiles read fp32.
+    tiles::widen_all(page, tokens * latent, w.widened.data());
+    Block<float> widened{w.widened.data(), latent};
     tiles::wide_scores(Block<float>{part.query.data(), part.stride}, latent, widened, tokens,
-                       part.scores.data(), next, latent);
-    tiles::online_softmax(part.scores.data(), part.stride, tokens, part.maximum.data(),
-                          part.sum.data(), part.rescale.data());
-    tiles::weighted_sum(tiles::Weights{part.scores.data(), part.stride, 1}, part.rescale.data(),
-                        rows, widened, tokens, s.d_c, part.o_lat.data(), s.d_c);
+                       w.scores.data(), next, latent);
+    tiles::online_softmax(w.scores.data(), part.stride, tokens, part.maximum.data(),
+                          part.sum.data(), w.rescale.data());
+    tiles::weighted_sum(tiles::Weights{w.scores.data(), part.stride, 1}, w.rescale.data(), rows,
+                        widened, tokens, s.d_c, part.o_lat.data(), s.d_c);
     return;
   }
-  // Memory-bound: the tiles read the bf16 page as it is, scores row-major, S[row][t], so the
+  // Few rows: the tiles read the bf16 page as it is, scores row-major, S[row][t], so the
   // softmax runs along the tokens.
   Block<Bf16> bf16_page{page, latent};
 #if KVCALC_SIMD_BF16_PAIRS
   tiles::dot_products(Block<Bf16>{part.query_pairs.data(), latent}, rows, bf16_page, tokens, latent,
-                      part.scores.data(), 1, s.block);
+                      w.scores.data(), 1, s.block);
 #else
   tiles::dot_products(Block<float>{part.query.data(), latent}, rows, bf16_page, tokens, latent,
-                      part.scores.data(), 1, s.block);
+                      w.scores.data(), 1, s.block);
 #endif
-  tiles::online_softmax_rows(part.scores.data(), s.block, rows, tokens, part.maximum.data(),
-                             part.sum.data(), part.rescale.data());
+  tiles::online_softmax_rows(w.scores.data(), s.block, rows, tokens, part.maximum.data(),
+                             part.sum.data(), w.rescale.data());
   // The next page is fetched during the weighted sum, not the scores: the scores pass waits on
   // this page's own misses and fetches queued behind them are lost, while the weighted sum
   // reads the page from the L2 and leaves the misses free (the measurements are in
   // docs/performance.md, "`kvcalc measure` on the CPU").
-  tiles::weighted_sum(tiles::Weights{part.scores.data(), 1, s.block}, part.rescale.data(), rows,
+  tiles::weighted_sum(tiles::Weights{w.scores.data(), 1, s.block}, w.rescale.data(), rows,
                       bf16_page, tokens, s.d_c, part.o_lat.data(), s.d_c, next,
                       next != nullptr ? s.block * latent * sizeof(Bf16) : 0);
 }
@@ -322,6 +325,7 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
     std::uint64_t split = item % splits;
     AttentionPart& part = parts[item];
     part.start(s, rows, q_lat.data() + b * rows * latent);
+    PageScratch scratch(s, part);
     // One pass over this split's pages.
     std::uint64_t first = pages * split / splits;
     std::uint64_t last = pages * (split + 1) / splits;
@@ -330,7 +334,8 @@ void mla_decode_absorbed(const MlaInputs& in, MlaOutput& out, unsigned threads) 
     };
     for (std::uint64_t p = first; p < last; ++p) {
       std::size_t tokens = std::min(s.block, s.context - p * s.block);
-      attend_page(part, s, rows, page_at(p), tokens, p + 1 < last ? page_at(p + 1) : nullptr);
+      attend_page(part, scratch, s, rows, page_at(p), tokens,
+                  p + 1 < last ? page_at(p + 1) : nullptr);
     }
     if (splits == 1) {
       merge(b);
@@ -378,9 +383,11 @@ Spread measure_absorbed_page_flops(const MlaShape& shape, unsigned threads, unsi
     parallel_for(threads, threads, [&](std::uint64_t t, unsigned /*worker*/) {
       AttentionPart& part = parts[t];
       part.start(shape, rows, q_rows.data());
+      PageScratch scratch(shape, part);
       const tiles::Bf16* data = in.cache.data() + in.block_table[t] * shape.block * latent;
+      // The page itself as the next one: the kernel's prefetches are run, and find it cached.
       for (std::uint64_t i = 0; i < passes; ++i) {
-        attend_page(part, shape, rows, data, shape.block, nullptr);
+        attend_page(part, scratch, shape, rows, data, shape.block, data);
       }
     });
   };

@@ -298,6 +298,14 @@ TEST_CASE("the absorbed page probe times the kernel's page at a shape's rows",
   CHECK(page.median <= page.max);
   CHECK(page.median > 1e7);
   CHECK(page.median < 1e13);
+  // One row: the few-row tiles, on the bf16 page.
+  shape.heads = 1;
+  shape.query = 1;
+  CHECK(absorbed_page_flops(shape) == 139'264.0);
+  Spread one = measure_absorbed_page_flops(shape, 1, 2);
+  CHECK(one.runs == 2);
+  CHECK(one.median > 1e7);
+  CHECK(one.median < 1e13);
   shape.heads = 0;
   CHECK_THROWS_AS(measure_absorbed_page_flops(shape, 1, 1), std::invalid_argument);
 }
