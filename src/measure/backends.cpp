@@ -258,7 +258,11 @@ public:
     double attention = cost.score_flops + cost.value_flops;
     double fma = probes.fma_flops_per_s.median;
     std::optional<Spread> page = probes.absorbed_page_at(c.heads * c.query);
-    if (fma <= 0 || (attention > 0 && (!page || page->median <= 0))) {
+    if (fma <= 0) {
+      throw Error("the FMA loop measured no rate, so the absorbed kernel's compute bound cannot be "
+                  "given");
+    }
+    if (attention > 0 && (!page || page->median <= 0)) {
       throw Error(fmt::format("the probes did not measure the absorbed kernel's page at {} query "
                               "rows, so its compute bound cannot be given",
                               c.heads * c.query));

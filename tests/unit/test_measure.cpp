@@ -301,12 +301,19 @@ public:
   [[nodiscard]] ProbeResults probe(bool quick,
                                    const std::vector<MlaKernelConfig>& configs) override {
     ProbeResults p = m_fake->probe(quick, configs);
+    // A page rate for each configuration's rows, as the CPU backend measures them.
+    for (const MlaKernelConfig& c : configs) {
+      p.absorbed_page_flops_per_s.push_back({c.heads * c.query, {1e12, 0.98e12, 1.02e12, 10}});
+    }
     Spread& l3 = p.levels[1].read_bytes_per_s;
     l3 = {l3.median * m_l3_scale, l3.min * m_l3_scale, l3.max * m_l3_scale, l3.runs};
     if (m_drifts && ++m_passes == 2) {
       auto faster = [](Spread& s) { s = {s.median * 1.5, s.min * 1.5, s.max * 1.5, s.runs}; };
       faster(p.read_bytes_per_s);
       faster(*p.gemm.bf16);
+      for (RowsRate& page : p.absorbed_page_flops_per_s) {
+        faster(page.flops_per_s);
+      }
       for (MemoryLevel& level : p.levels) {
         faster(level.read_bytes_per_s);
       }
@@ -382,11 +389,18 @@ TEST_CASE("the CPU's kernels are timed at the ceilings of the instructions they 
   CHECK(speculative.score_flops == wide.score_flops);
   CHECK(cpu->compute_seconds(two_tokens, speculative, false, p) ==
         Approx(cpu->compute_seconds(sixteen, wide, false, p)));
-  // A row count the page probe did not run: no bound, said so.
+  // A row count the page probe did not run: no bound, said so; its projection steps, which do
+  // not use the page rate, still have theirs.
   MlaKernelConfig eight{8, 8, 4096, 1};
   KernelCost unprobed = mla_kernel_cost(eight, false, 2);
   CHECK_THROWS_WITH(cpu->compute_seconds(eight, unprobed, false, p),
                     Catch::Contains("absorbed kernel's page at 8 query rows"));
+  KernelCost q_absorb = mla_kernel_steps(eight, false, 2)[0].cost;
+  CHECK(cpu->compute_seconds(eight, q_absorb, false, p) == Approx(q_absorb.flops / 250e9));
+  ProbeResults no_fma = p;
+  no_fma.fma_flops_per_s = {};
+  CHECK_THROWS_WITH(cpu->compute_seconds(one, absorbed, false, no_fma),
+                    Catch::Contains("the FMA loop measured no rate"));
   // The naive kernel's FLOPs are GEMMs, at the faster of the square and the kernel-shaped probe.
   KernelCost naive = mla_kernel_cost(one, true, 2);
   CHECK(naive.score_flops == 0);
@@ -413,6 +427,21 @@ TEST_CASE("the probes run before and after the kernels, the faster pass the ceil
   CHECK(r.probes.bandwidth_bytes_per_s == Approx(1.5e11));
   CHECK(r.probes.levels.back().read_bytes_per_s.median == Approx(1.5e11));
   CHECK(r.probes.gemm.bf16->median == Approx(3e12));
+  // The absorbed kernel's page rate is merged by its row count the same way.
+  REQUIRE(r.probes.absorbed_page_flops_per_s.size() == 1);
+  CHECK(r.probes.absorbed_page_flops_per_s[0].rows == 1);
+  std::optional<Spread> page = r.probes.absorbed_page_at(1);
+  REQUIRE(page);
+  CHECK(page->median == Approx(1.5e12));
+  CHECK(page->min == Approx(0.98e12));
+  CHECK(page->max == Approx(1.53e12));
+  CHECK(page->runs == 20);
+  CHECK_FALSE(r.probes.absorbed_page_at(2));
+  bool flagged = false;
+  for (const auto& [key, figure] : r.probes.figures()) {
+    flagged |= key == "absorbed_page_1_rows_flops_per_s" && disagrees(figure);
+  }
+  CHECK(flagged);
   // The kernels ran at 1.25x the first pass's bound: against the faster ceiling they reach
   // 0.8 / 1.5 of it.
   REQUIRE(r.kernels.size() == 2);
