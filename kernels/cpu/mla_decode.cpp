@@ -385,9 +385,10 @@ Spread measure_absorbed_page_flops(const MlaShape& shape, unsigned threads, unsi
       part.start(shape, rows, q_rows.data());
       PageScratch scratch(shape, part);
       const tiles::Bf16* data = in.cache.data() + in.block_table[t] * shape.block * latent;
-      // The page itself as the next one: the kernel's prefetches are run, and find it cached.
+      // No next page: fetching one is a transfer between memory levels, which the bound
+      // counts on its memory side, not as the core's work.
       for (std::uint64_t i = 0; i < passes; ++i) {
-        attend_page(part, scratch, shape, rows, data, shape.block, data);
+        attend_page(part, scratch, shape, rows, data, shape.block, nullptr);
       }
     });
   };
