@@ -184,49 +184,40 @@ std::string who(const Scenario& s) {
          group_digits(s.result.parallel.tp) + ")";
 }
 
-/// Every model on every GPU and tp, sized, and with a profile its decode step at full load.
-std::vector<Scenario> run_scenarios(const CapacityArgs& args, const std::vector<u64>& contexts,
-                                    const std::vector<Model>& models,
-                                    const std::optional<DeviceProfile>& profile,
-                                    const std::vector<Gpu>& devices,
-                                    std::set<std::string>& unmodelled,
-                                    std::vector<std::string>& warnings) {
-  std::vector<Scenario> scenarios;
-  for (auto& req : capacity_requests(models, args.cache, args.parallel, args.engine,
-                                     args.block_size, devices, contexts, args.max_context_at)) {
-    req.explain = args.explain;
-    Scenario s{req, compute_capacity(req), {}};
-    for (const auto& note : s.result.notes) {
-      warnings.push_back(req.model.name + " on " + req.gpu.name + ": " + note);
-    }
-    for (const auto& x : s.result.contexts) {
-      s.loads.push_back(profile ? full_load(s, x, *profile, unmodelled) : std::nullopt);
-    }
-    scenarios.push_back(std::move(s));
+/// One model on one GPU and tp, sized, and with a profile its decode step at full load.
+Scenario run_scenario(const CapacityArgs& args, CapacityRequest request,
+                      const std::optional<DeviceProfile>& profile,
+                      std::set<std::string>& unmodelled, std::vector<std::string>& warnings) {
+  request.explain = args.explain;
+  CapacityResult result = compute_capacity(request);
+  Scenario s{std::move(request), std::move(result), {}};
+  for (const auto& note : s.result.notes) {
+    warnings.push_back(s.request.model.name + " on " + s.request.gpu.name + ": " + note);
   }
-  return scenarios;
+  for (const auto& x : s.result.contexts) {
+    s.loads.push_back(profile ? full_load(s, x, *profile, unmodelled) : std::nullopt);
+  }
+  return s;
 }
 
-/// What people read under the table: why a scenario does not fit, the longest contexts found,
-/// the figures as vLLM's log prints them, and what kvcalc estimated.
-std::vector<std::string> capacity_notes(const CapacityArgs& args,
-                                        const std::vector<Scenario>& scenarios,
-                                        const std::set<std::string>& unmodelled) {
-  std::vector<std::string> notes;
-  std::vector<std::string> logs;
-  for (const Scenario& s : scenarios) {
+/// What people read under the table, gathered scenario by scenario: why a scenario does not fit,
+/// the longest contexts found, then the figures as vLLM's log prints them, and what kvcalc
+/// estimated.
+class CapacityNotes {
+public:
+  void add(const CapacityArgs& args, const Scenario& s) {
     const CapacityResult& c = s.result;
     if (c.engine == Engine::vllm && c.fits) {
       for (const ContextCapacity& x : c.contexts) {
-        logs.push_back(fmt::format("{} on {} (tp {}): GPU KV cache size: {} tokens; # GPU blocks: "
-                                   "{}; Maximum concurrency for {} tokens per request: {:.2f}x",
-                                   s.request.model.name, c.gpu, c.parallel.tp,
-                                   group_digits(c.kv_tokens), c.num_blocks, group_digits(x.tokens),
-                                   x.max_concurrency));
+        m_logs.push_back(
+            fmt::format("{} on {} (tp {}): GPU KV cache size: {} tokens; # GPU blocks: {}; Maximum "
+                        "concurrency for {} tokens per request: {:.2f}x",
+                        s.request.model.name, c.gpu, c.parallel.tp, group_digits(c.kv_tokens),
+                        c.num_blocks, group_digits(x.tokens), x.max_concurrency));
       }
     }
     if (!c.fits) {
-      notes.push_back(who(s) + ": " + c.reason + "; " + fit_hint(s.request));
+      m_notes.push_back(who(s) + ": " + c.reason + "; " + fit_hint(s.request));
     } else if (!holds_every_context(c)) {
       std::vector<std::string> at;
       for (const ContextCapacity& x : c.contexts) {
@@ -238,68 +229,70 @@ std::vector<std::string> capacity_notes(const CapacityArgs& args,
       for (std::size_t i = 0; i < at.size(); ++i) {
         lengths += (i == 0 ? "" : i + 1 == at.size() ? " or " : ", ") + at[i];
       }
-      notes.push_back(who(s) + ": does not hold one sequence of " +
-                      (at.empty() ? std::string("the context asked") : lengths + " tokens") + "; " +
-                      fit_hint(s.request));
+      m_notes.push_back(who(s) + ": does not hold one sequence of " +
+                        (at.empty() ? std::string("the context asked") : lengths + " tokens") +
+                        "; " + fit_hint(s.request));
     }
     if (c.max_context_at) {
       const std::string& by = c.max_context_limited_by;
-      notes.push_back(who(s) + ": longest context holding " + group_digits(*args.max_context_at) +
-                      (*args.max_context_at == 1 ? " sequence: " : " sequences: ") +
-                      group_digits(*c.max_context_at) + " tokens" +
-                      (by == "max_model_len" ? " (--max-model-len; the KV cache holds more)"
-                       : by == "max_context" ? " (the model's max_context; the KV cache holds more)"
-                       : by == "search_limit"
-                           ? " (where kvcalc's search stops: the model gives no max_context)"
-                           : ""));
+      m_notes.push_back(
+          who(s) + ": longest context holding " + group_digits(*args.max_context_at) +
+          (*args.max_context_at == 1 ? " sequence: " : " sequences: ") +
+          group_digits(*c.max_context_at) + " tokens" +
+          (by == "max_model_len"  ? " (--max-model-len; the KV cache holds more)"
+           : by == "max_context"  ? " (the model's max_context; the KV cache holds more)"
+           : by == "search_limit" ? " (where kvcalc's search stops: the model gives no max_context)"
+                                  : ""));
     }
+    m_estimated = m_estimated || c.non_kv_estimated;
   }
-  notes.insert(notes.end(), logs.begin(), logs.end());
-  notes.insert(notes.end(), unmodelled.begin(), unmodelled.end());
-  if (std::any_of(scenarios.begin(), scenarios.end(),
-                  [](const Scenario& s) { return s.result.non_kv_estimated; })) {
-    notes.push_back("non-KV memory besides weights is kvcalc's estimate (docs/formulas.md); "
+
+  [[nodiscard]] std::vector<std::string> lines(const std::set<std::string>& unmodelled) const {
+    std::vector<std::string> out = m_notes;
+    out.insert(out.end(), m_logs.begin(), m_logs.end());
+    out.insert(out.end(), unmodelled.begin(), unmodelled.end());
+    if (m_estimated) {
+      out.push_back("non-KV memory besides weights is kvcalc's estimate (docs/formulas.md); "
                     "give --non-kv-memory or --kv-cache-memory from the engine's log for its "
                     "exact figures");
+    }
+    return out;
   }
-  return notes;
-}
 
-/// --explain: each scenario's budget, step by step, after the table.
-std::vector<std::string> derivations(const std::vector<Scenario>& scenarios) {
-  std::vector<std::string> lines;
-  for (const Scenario& s : scenarios) {
-    const CapacityResult& c = s.result;
-    lines.emplace_back();
-    lines.push_back(s.request.model.name + " on " + c.gpu + ", tp " + group_digits(c.parallel.tp) +
-                    ", " + std::string(engine_name(c.engine)) + ":");
-    std::vector<std::string> steps = render_derivation(c.derivation);
-    lines.insert(lines.end(), steps.begin(), steps.end());
+private:
+  std::vector<std::string> m_notes;
+  std::vector<std::string> m_logs;
+  bool m_estimated = false;
+};
+
+/// --explain: a scenario's budget, step by step, after the table.
+void explain_budget(const Scenario& s, Output& out) {
+  const CapacityResult& c = s.result;
+  out.text_after("");
+  out.text_after(s.request.model.name + " on " + c.gpu + ", tp " + group_digits(c.parallel.tp) +
+                 ", " + std::string(engine_name(c.engine)) + ":");
+  for (std::string& line : render_derivation(c.derivation)) {
+    out.text_after(std::move(line));
   }
-  return lines;
 }
 
 /// Sequences that fit against context, one line per scenario, from 1k tokens to the longest
 /// context asked (at least 128k), by doubling.
-void write_plot(const std::string& path, const std::vector<Scenario>& scenarios,
-                const std::vector<u64>& contexts) {
-  LineChart chart;
-  chart.title = "Sequences that fit against context";
-  chart.x_label = "context (tokens per sequence)";
-  chart.y_label = "sequences (whole deployment)";
-  chart.y_unit = "count";
-  chart.x_unit = "count";
-  u64 longest = 131072;
-  for (u64 c : contexts) {
-    longest = std::max(longest, c);
+class CapacityPlot {
+public:
+  explicit CapacityPlot(const std::vector<u64>& contexts) {
+    for (u64 c : contexts) {
+      m_longest = std::max(m_longest, c);
+    }
   }
-  for (const Scenario& s : scenarios) {
+
+  void add(const Scenario& s) {
     CapacityRequest q = s.request;
     q.contexts.clear();
     q.max_context_at.reset();
     q.explain = false;
     q.engine.max_model_len.reset(); // the curve runs past a length the engine was started for
-    for (u64 c = 1024; c <= longest; c *= 2) {
+    for (u64 c = 1024; c <= m_longest; c *= 2) {
       q.contexts.push_back(c);
     }
     CapacityResult r = compute_capacity(q);
@@ -312,15 +305,27 @@ void write_plot(const std::string& path, const std::vector<Scenario>& scenarios,
       }
     }
     if (!line.xs.empty()) {
-      chart.series.push_back(std::move(line));
+      m_chart.series.push_back(std::move(line));
     }
   }
-  if (chart.series.empty()) {
-    throw DoesNotFit("--plot: no scenario holds one sequence of 1k tokens; there is nothing to "
-                     "draw");
+
+  void write(const std::string& path) {
+    m_chart.title = "Sequences that fit against context";
+    m_chart.x_label = "context (tokens per sequence)";
+    m_chart.y_label = "sequences (whole deployment)";
+    m_chart.y_unit = "count";
+    m_chart.x_unit = "count";
+    if (m_chart.series.empty()) {
+      throw DoesNotFit("--plot: no scenario holds one sequence of 1k tokens; there is nothing to "
+                       "draw");
+    }
+    write_text_file(path, render_svg({m_chart}), "--plot");
   }
-  write_text_file(path, render_svg({chart}), "--plot");
-}
+
+private:
+  u64 m_longest = 131072;
+  LineChart m_chart;
+};
 
 int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err) {
   check_plot_path(args.plot);
@@ -328,35 +333,21 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
   if (contexts.empty() && !args.max_context_at) {
     contexts = default_contexts(args.engine);
   }
-  Rendered r;
-  std::vector<Model> models = load_models(args.models, r.warnings);
+  CommandOutput output(args.output, "capacity", out, err);
+  std::vector<Model> models = load_models(args.models, output.warnings);
   GpuCatalog catalog(args.parallel.gpu_file);
   const std::string how_to_measure =
       "add --measure, or a --device-profile that kvcalc measure wrote";
   std::optional<DeviceProfile> profile =
       read_ceilings(args.ceilings, args.parallel, catalog, how_to_measure, err);
   std::vector<Gpu> devices =
-      deployment_devices(args.parallel, profile, catalog, how_to_measure, r.warnings);
+      deployment_devices(args.parallel, profile, catalog, how_to_measure, output.warnings);
   std::set<std::string> unmodelled; // models the roofline cannot time, said once each
   check_sweep({{"models", models.size()},
                {"GPUs", devices.size()},
                {"tp", args.parallel.tp_sweep().size()},
                {"--context", contexts.size()}});
-  std::vector<Scenario> scenarios =
-      run_scenarios(args, contexts, models, profile, devices, unmodelled, r.warnings);
 
-  std::vector<Record> rows;
-  for (const Scenario& s : scenarios) {
-    for (std::size_t i = 0; i < s.result.contexts.size(); ++i) {
-      rows.push_back(
-          describe_row(s, &s.result.contexts[i], &s.loads[i], profile.has_value(), args));
-    }
-    if (s.result.contexts.empty()) {
-      rows.push_back(describe_row(s, nullptr, nullptr, profile.has_value(), args));
-    }
-  }
-  r.json = json_header("capacity");
-  r.json["scenarios"] = json_of(rows);
   std::vector<ColumnRef> columns = {{"model"},
                                     {"gpu"},
                                     {"gpus"},
@@ -374,21 +365,43 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
     columns.push_back({"decode_at_max_sequences.step_s", "", "decode_step_s"});
     columns.push_back({"decode_at_max_sequences.tokens_per_s", "", "decode_tokens_per_s"});
   }
-  Table t = table_of(rows, columns);
-  t.notes = capacity_notes(args, scenarios, unmodelled);
+  Output::TableId table = output->begin_table("", columns);
   columns.push_back({"fits"}); // CSV: a row that does not fit carries its numbers and says so
-  r.csv = table_of(rows, columns);
-  r.tables.push_back(std::move(t));
-  if (args.explain) {
-    r.text_after = derivations(scenarios);
-  }
+  output->csv_view(columns);
+  output->begin_list("scenarios");
+  CapacityNotes notes;
+  std::optional<CapacityPlot> plot;
   if (!args.plot.empty()) {
-    write_plot(args.plot, scenarios, contexts);
+    plot.emplace(contexts);
+  }
+  bool all_fit = true;
+  for (auto& request : capacity_requests(models, args.cache, args.parallel, args.engine,
+                                         args.block_size, devices, contexts, args.max_context_at)) {
+    Scenario s = run_scenario(args, std::move(request), profile, unmodelled, output.warnings);
+    for (std::size_t i = 0; i < s.result.contexts.size(); ++i) {
+      output->item(describe_row(s, &s.result.contexts[i], &s.loads[i], profile.has_value(), args));
+    }
+    if (s.result.contexts.empty()) {
+      output->item(describe_row(s, nullptr, nullptr, profile.has_value(), args));
+    }
+    notes.add(args, s);
+    if (args.explain && output->for_people()) {
+      explain_budget(s, output.document());
+    }
+    if (plot) {
+      plot->add(s);
+    }
+    all_fit = all_fit && holds_every_context(s.result);
+  }
+  output->end_list();
+  for (std::string& line : notes.lines(unmodelled)) {
+    output->note(table, std::move(line));
+  }
+  if (plot) {
+    plot->write(args.plot);
     err << "kvcalc: wrote " << args.plot << '\n';
   }
-  emit(r, args.output, out, err);
-  bool all_fit = std::all_of(scenarios.begin(), scenarios.end(),
-                             [](const Scenario& s) { return holds_every_context(s.result); });
+  output.finish();
   return static_cast<int>(all_fit ? ExitCode::ok : ExitCode::does_not_fit);
 }
 

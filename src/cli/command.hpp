@@ -5,9 +5,11 @@
 
 #include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <kvcalc/core/file.hpp>
 #include <kvcalc/device/gpu.hpp>
 #include <kvcalc/model/model.hpp>
 #include <kvcalc/report/json.hpp>
@@ -38,19 +40,31 @@ Command setup_import(CLI::App& app);
 Command setup_completion(CLI::App& app);
 Command setup_man(CLI::App& app);
 
-/// What a command produced: human tables, the JSON document, the flat CSV table, and the
-/// warnings for people (stderr, and the JSON's `warnings`).
-struct Rendered {
-  std::vector<Table> tables;
-  Json json;
-  Table csv;
-  std::vector<std::string> text_after; ///< plain lines after the tables (--explain), for people
+/// Where a command's result goes, as `options` ask: the document (report::Output) written to
+/// `out` or to the -o file as it grows, and the warnings for people, said on `err` when it ends
+/// and listed in the JSON.
+class CommandOutput {
+public:
+  CommandOutput(const OutputOptions& options, std::string_view command, std::ostream& out,
+                std::ostream& err);
+  CommandOutput(const CommandOutput&) = delete;
+  CommandOutput& operator=(const CommandOutput&) = delete;
+
+  report::Output* operator->() { return &m_document; }
+  report::Output& document() { return m_document; }
+  /// Warnings for people, in the order found; each is said once.
   std::vector<std::string> warnings;
+  /// Says the warnings, ends the document and puts the -o file in place.
+  void finish();
+
+private:
+  std::ostream& m_out;
+  std::ostream& m_err;
+  std::string m_path;
+  std::optional<OutputFile> m_file; ///< -o, opened when the first text arrives
+  report::Output m_document;
 };
 
-/// Says the warnings on `err` (each once) and writes the result as `options` ask: to `out`, or
-/// to the -o file. The JSON gains `warnings`.
-void emit(Rendered& result, const OutputOptions& options, std::ostream& out, std::ostream& err);
 /// Says each warning once on `err` ("kvcalc: warning: ..."); returns them, each once.
 std::vector<std::string> say_warnings(std::ostream& err, const std::vector<std::string>& warnings);
 
@@ -71,8 +85,6 @@ private:
   bool m_terminal;
   std::function<double()> m_elapsed;
 };
-/// {"kvcalc": {"version", "schema"}, "command": name}
-Json json_header(const std::string& command);
 /// Fills `into` with one value per dtype of `flops` ("fp32", "tf32", …; empty where unset),
 /// each headed `header_prefix` and the dtype ("GEMM bf16"), shown as `shown` says.
 void describe_peak_flops(report::Record& into, const PeakFlops& flops,

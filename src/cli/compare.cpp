@@ -55,9 +55,10 @@ int run_compare(const CompareArgs& args, std::ostream& out, std::ostream& err) {
   options.contexts = args.contexts;
   options.explain = args.explain;
   options.block_size = args.block_size.value_or(0);
-  Rendered r;
+  CommandOutput output(args.output, "compare", out, err);
+  std::vector<std::string>& warnings = output.warnings;
   bool all_fit = true;
-  std::vector<Entry> entries = footprint_entries(args.models, options, r.warnings);
+  std::vector<Entry> entries = footprint_entries(args.models, options, warnings);
   if (!args.parallel.gpus.empty()) {
     if (args.parallel.gpus.size() > 1 || args.parallel.tps.size() > 1) {
       throw InputError("compare takes one --gpu and one --tp; use kvcalc capacity to sweep");
@@ -68,7 +69,7 @@ int run_compare(const CompareArgs& args, std::ostream& out, std::ostream& err) {
     }
     std::vector<Gpu> devices =
         deployment_devices(args.parallel, std::nullopt, GpuCatalog(args.parallel.gpu_file),
-                           "compare takes catalog GPUs only", r.warnings);
+                           "compare takes catalog GPUs only", warnings);
     auto requests = capacity_requests(models, args.cache, args.parallel, args.engine,
                                       args.block_size, devices, args.contexts, std::nullopt);
     for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -77,32 +78,35 @@ int run_compare(const CompareArgs& args, std::ostream& out, std::ostream& err) {
       std::string who = requests[i].model.name + " on " + c.gpu + ": ";
       for (const auto& note : c.notes) {
         // The footprint said the model's own remarks (a context past max_context) already.
-        if (std::find(r.warnings.begin(), r.warnings.end(), note) == r.warnings.end()) {
-          r.warnings.push_back(who + note);
+        if (std::find(warnings.begin(), warnings.end(), note) == warnings.end()) {
+          warnings.push_back(who + note);
         }
       }
       if (!holds_every_context(c)) {
         all_fit = false;
-        r.warnings.push_back(
+        warnings.push_back(
             who + (c.fits ? "does not hold one sequence of every context asked" : c.reason) + "; " +
             fit_hint(requests[i]));
       }
     }
   }
   const Entry& base = baseline_of(entries, args.baseline);
-  std::vector<Record> described;
+  Output::TableId table = output->begin_table("KV cache per sequence, baseline " + base.model.name,
+                                              compare_columns(base));
+  for (std::string& line : compare_notes(entries, base)) {
+    output->note(table, std::move(line));
+  }
+  output->csv_view(flat_columns(true, options.block_size != 0), "contexts");
+  output->field("baseline", base.model.name);
+  output->begin_list("models");
   for (const auto& e : entries) {
-    described.push_back(describe_footprint(e, &base, args.explain));
+    output->item(describe_footprint(e, &base, args.explain));
     if (args.explain) {
-      explain_lines(e, r.text_after);
+      explain_lines(e, output.document());
     }
   }
-  r.json = json_header("compare");
-  r.json["baseline"] = base.model.name;
-  r.json["models"] = json_of(described);
-  r.tables.push_back(compare_table(entries, described, base));
-  r.csv = flat_table(described, true, options.block_size != 0);
-  emit(r, args.output, out, err);
+  output->end_list();
+  output.finish();
   return static_cast<int>(all_fit ? ExitCode::ok : ExitCode::does_not_fit);
 }
 

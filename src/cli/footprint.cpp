@@ -23,20 +23,20 @@ int run_footprint(const FootprintArgs& args, std::ostream& out, std::ostream& er
   options.contexts = args.contexts;
   options.explain = args.explain;
   options.block_size = args.block_size.value_or(0);
-  Rendered r;
-  std::vector<Entry> entries = footprint_entries(args.models, options, r.warnings);
-  std::vector<Record> described;
+  CommandOutput output(args.output, "footprint", out, err);
+  std::vector<Entry> entries = footprint_entries(args.models, options, output.warnings);
+  output->csv_view(flat_columns(false, options.block_size != 0), "contexts");
+  output->begin_list("models");
   for (const auto& e : entries) {
-    described.push_back(describe_footprint(e, nullptr, args.explain));
-    footprint_tables(e, described.back(), r.tables);
+    Record described = describe_footprint(e, nullptr, args.explain);
+    output->item(described);
+    footprint_tables(e, described, output.document());
     if (args.explain) {
-      explain_lines(e, r.text_after);
+      explain_lines(e, output.document());
     }
   }
-  r.json = json_header("footprint");
-  r.json["models"] = json_of(described);
-  r.csv = flat_table(described, false, options.block_size != 0);
-  emit(r, args.output, out, err);
+  output->end_list();
+  output.finish();
   return 0;
 }
 

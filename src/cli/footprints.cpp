@@ -123,9 +123,10 @@ Record describe_footprint(const Entry& e, const Entry* base, bool explain) {
               Cell::bytes(c.paged_kv_bytes));
       x.value("paging_waste_bytes", "waste", Cell::bytes(c.paged_kv_bytes - c.kv_bytes));
     }
-    // compare's columns, one per context
-    r.value("kv@" + std::to_string(c.tokens), "KV @ " + context_label(c.tokens),
-            Cell::bytes(c.kv_bytes), k_tables_only);
+    if (base) { // compare's columns, one per context
+      r.value("kv@" + std::to_string(c.tokens), "KV @ " + context_label(c.tokens),
+              Cell::bytes(c.kv_bytes), k_tables_only);
+    }
   }
   if (base) {
     Record& ratios = r.object("ratio_to_baseline");
@@ -164,7 +165,7 @@ Record describe_footprint(const Entry& e, const Entry* base, bool explain) {
   return r;
 }
 
-void footprint_tables(const Entry& e, const Record& described, std::vector<Table>& tables) {
+void footprint_tables(const Entry& e, const Record& described, Output& out) {
   const Model& m = e.model;
   const Footprint& f = e.footprint;
   bool windowed = false;
@@ -204,26 +205,23 @@ void footprint_tables(const Entry& e, const Record& described, std::vector<Table
   if (state) {
     columns.push_back({"state_bytes_per_sequence"});
   }
-  Table layers = table_of(rows, columns);
-  layers.title = m.display_name + " (" + m.name + "): " + attention_detail(m) + ", " +
-                 group_digits(m.layers) + " layers, KV cache " + describe(f.format);
-  tables.push_back(std::move(layers));
+  out.table(m.display_name + " (" + m.name + "): " + attention_detail(m) + ", " +
+                group_digits(m.layers) + " layers, KV cache " + describe(f.format),
+            rows, columns);
 
   columns = {{"context"}, {"tokens"}, {"kv_bytes"}, {"kv"}};
   if (f.block_size) {
     columns.push_back({"paged_kv_bytes"});
     columns.push_back({"paging_waste_bytes"});
   }
-  tables.push_back(table_of(described.records("contexts"), columns));
+  std::vector<const Record*> contexts;
+  for (const Record& c : described.records("contexts")) {
+    contexts.push_back(&c);
+  }
+  out.table("", contexts, columns);
 }
 
-Table flat_table(const std::vector<Record>& described, bool baseline, bool paged) {
-  std::vector<Record> rows;
-  for (const Record& model : described) {
-    for (Record& row : joined(model, "contexts")) {
-      rows.push_back(std::move(row));
-    }
-  }
+std::vector<ColumnRef> flat_columns(bool baseline, bool paged) {
   std::vector<ColumnRef> columns{{"name"},
                                  {"attention"},
                                  {"layers"},
@@ -239,11 +237,10 @@ Table flat_table(const std::vector<Record>& described, bool baseline, bool paged
   if (paged) {
     columns.push_back({"paged_kv_bytes"});
   }
-  return table_of(rows, columns);
+  return columns;
 }
 
-Table compare_table(const std::vector<Entry>& entries, const std::vector<Record>& described,
-                    const Entry& base) {
+std::vector<ColumnRef> compare_columns(const Entry& base) {
   std::vector<ColumnRef> columns{{"name"},
                                  {"attention_detail"},
                                  {"layers"},
@@ -260,14 +257,16 @@ Table compare_table(const std::vector<Entry>& entries, const std::vector<Record>
       columns.push_back({"seqs@" + std::to_string(c.tokens)});
     }
   }
-  Table t = table_of(described, columns);
-  t.title = "KV cache per sequence, baseline " + base.model.name;
+  return columns;
+}
+
+std::vector<std::string> compare_notes(const std::vector<Entry>& entries, const Entry& base) {
+  std::vector<std::string> notes;
   if (base.capacity) {
     const CapacityResult& c = *base.capacity;
-    t.notes.push_back("max sequences on " + group_digits(c.parallel.gpus) + " × " + c.gpu +
-                      ", tp " + group_digits(c.parallel.tp) + ", engine " +
-                      std::string(engine_name(c.engine)) +
-                      " (kvcalc capacity for the budget of each)");
+    notes.push_back("max sequences on " + group_digits(c.parallel.gpus) + " × " + c.gpu + ", tp " +
+                    group_digits(c.parallel.tp) + ", engine " + std::string(engine_name(c.engine)) +
+                    " (kvcalc capacity for the budget of each)");
   }
   // The headline compares what each model holds at the table's longest context, windows and
   // states included; the per-layer and full per-token rates follow.
@@ -302,9 +301,9 @@ Table compare_table(const std::vector<Entry>& entries, const std::vector<Record>
     for (std::size_t i = 0; i < rates.size(); ++i) {
       line += (i == 0 ? "; " : ", ") + rates[i];
     }
-    t.notes.push_back(line);
+    notes.push_back(line);
   }
-  return t;
+  return notes;
 }
 
 std::vector<Entry> footprint_entries(const std::vector<std::string>& specs,
@@ -324,10 +323,11 @@ std::vector<Entry> footprint_entries(const std::vector<std::string>& specs,
   return entries;
 }
 
-void explain_lines(const Entry& e, std::vector<std::string>& lines) {
-  lines.emplace_back();
-  std::vector<std::string> derivation = render_derivation(e.footprint.derivation);
-  lines.insert(lines.end(), derivation.begin(), derivation.end());
+void explain_lines(const Entry& e, Output& out) {
+  out.text_after("");
+  for (std::string& line : render_derivation(e.footprint.derivation)) {
+    out.text_after(std::move(line));
+  }
 }
 
 void add_footprint_options(CLI::App* cmd, std::vector<u64>& contexts, CacheRequest& cache,

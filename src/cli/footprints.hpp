@@ -32,15 +32,17 @@ void add_explain_option(CLI::App* cmd, bool& explain);
 /// its capacity (compare --gpu); the derivation with `explain`. The JSON is its record's, the
 /// tables and the CSV are views of it.
 Record describe_footprint(const Entry& e, const Entry* base, bool explain);
-/// `footprint`'s tables of one model: the layer groups (with the layers that store nothing and
-/// the total), then the contexts.
-void footprint_tables(const Entry& e, const Record& described, std::vector<Table>& tables);
-/// `compare`'s table: the models side by side against `base`, with the headline notes.
-Table compare_table(const std::vector<Entry>& entries, const std::vector<Record>& described,
-                    const Entry& base);
-/// The flat CSV of both: one row per model and context.
-Table flat_table(const std::vector<Record>& described, bool baseline, bool paged);
-/// A blank line, then the model's derivation (--explain).
-void explain_lines(const Entry& e, std::vector<std::string>& lines);
+/// `footprint`'s tables of one model for people: the layer groups (with the layers that store
+/// nothing and the total), then the contexts.
+void footprint_tables(const Entry& e, const Record& described, Output& out);
+/// `compare`'s table: the models side by side against `base`, a column per context (and per
+/// context the sequences that fit, with a GPU).
+std::vector<ColumnRef> compare_columns(const Entry& base);
+/// The lines under `compare`'s table: the deployment, and each model's headline against `base`.
+std::vector<std::string> compare_notes(const std::vector<Entry>& entries, const Entry& base);
+/// The flat CSV of both: one row per model and context (joined on "contexts").
+std::vector<ColumnRef> flat_columns(bool baseline, bool paged);
+/// A blank line, then the model's derivation (--explain), after the tables.
+void explain_lines(const Entry& e, Output& out);
 
 } // namespace kvcalc::cli

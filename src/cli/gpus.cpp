@@ -76,31 +76,30 @@ Record describe_gpu(const Gpu& g) {
 
 int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& err) {
   GpuCatalog catalog(args.gpu_file);
-  std::vector<Record> gpus;
+  CommandOutput output(args.output, "gpus", out, err);
+  std::vector<ColumnRef> columns{{"name"},
+                                 {"memory_bytes"},
+                                 {"memory_bandwidth_bytes_per_s"},
+                                 {"bf16_flops_per_s"},
+                                 {"fp8_flops_per_s"},
+                                 {"fp4_flops_per_s"},
+                                 {"ridge_bf16_flop_per_byte"},
+                                 {"sm_count"},
+                                 {"interconnect"},
+                                 {"scale_up_domain"},
+                                 {"scale_out_bytes_per_s"},
+                                 {"aliases"}};
+  Output::TableId t = output->begin_table("", columns);
+  output->csv_view(columns);
+  output->note(t, std::to_string(catalog.gpus().size()) +
+                      " GPUs; memory as the driver reports it; FLOP/s are dense peaks (no 2:4 "
+                      "sparsity); ridge = bf16 FLOP/s ÷ bandwidth");
+  output->begin_list("gpus");
   for (const Gpu& g : catalog.gpus()) {
-    gpus.push_back(describe_gpu(g));
+    output->item(describe_gpu(g));
   }
-  Rendered r;
-  r.json = json_header("gpus");
-  r.json["gpus"] = json_of(gpus);
-  Table t = table_of(gpus, {{"name"},
-                            {"memory_bytes"},
-                            {"memory_bandwidth_bytes_per_s"},
-                            {"bf16_flops_per_s"},
-                            {"fp8_flops_per_s"},
-                            {"fp4_flops_per_s"},
-                            {"ridge_bf16_flop_per_byte"},
-                            {"sm_count"},
-                            {"interconnect"},
-                            {"scale_up_domain"},
-                            {"scale_out_bytes_per_s"},
-                            {"aliases"}});
-  t.notes.push_back(std::to_string(catalog.gpus().size()) +
-                    " GPUs; memory as the driver reports it; FLOP/s are dense peaks (no 2:4 "
-                    "sparsity); ridge = bf16 FLOP/s ÷ bandwidth");
-  r.csv = t;
-  r.tables.push_back(std::move(t));
-  emit(r, args.output, out, err);
+  output->end_list();
+  output.finish();
   return 0;
 }
 

@@ -230,19 +230,22 @@ std::vector<std::string> ratio_notes(const MeasureResult& m) {
   return notes;
 }
 
-void render_measurement(Rendered& r, const MeasureResult& m) {
+void render_measurement(CommandOutput& out, const MeasureResult& m) {
   Record probes = describe_probes(m.probes);
   std::vector<Record> kernels;
   for (const KernelMeasurement& k : m.kernels) {
     kernels.push_back(describe_kernel(k));
   }
-  r.json = json_header("measure");
-  r.json["backend"] = m.backend;
-  r.json["device"] = m.device;
-  r.json["threads"] = static_cast<std::uint64_t>(m.threads);
-  r.json["date"] = m.date;
-  r.json["probes"] = probes.json();
-  r.json["kernels"] = json_of(kernels);
+  out->field("backend", m.backend);
+  out->field("device", m.device);
+  out->field("threads", static_cast<std::uint64_t>(m.threads));
+  out->field("date", m.date);
+  out->field("probes", probes);
+  out->begin_list("kernels");
+  for (const Record& k : kernels) {
+    out->item(k);
+  }
+  out->end_list();
 
   Table probe_table = table_of(probe_rows(m.probes), {{"probe"}, {"rate"}, {"spread"}});
   probe_table.title = "Probes on " + m.device + " (" + m.backend + ")";
@@ -252,7 +255,7 @@ void render_measurement(Rendered& r, const MeasureResult& m) {
     for (const std::string& n : noisy) {
       names += (names.empty() ? "" : ", ") + n;
     }
-    r.warnings.push_back(fmt::format(
+    out.warnings.push_back(fmt::format(
         "the runs of {} figure{} disagree by more than {:.0f}% of the median (max − min): {}; "
         "the machine was busy or its clocks changed between runs, so rerun on an idle machine "
         "before calibrating with it",
@@ -267,7 +270,7 @@ void render_measurement(Rendered& r, const MeasureResult& m) {
         "private: one per core, holding what that core read; the kernels hand work to any free "
         "thread, so their inputs are placed in shared levels only");
   }
-  r.tables.push_back(std::move(probe_table));
+  out->table(probe_table);
 
   std::vector<ColumnRef> shape = {{"name"},
                                   {"config.heads", "", "heads"},
@@ -285,26 +288,18 @@ void render_measurement(Rendered& r, const MeasureResult& m) {
                            : "MLA decode (d_c 512, d_R 64, d_nope 128, d_v 128; paged by 64), "
                              "checked against a double reference before timing; median time";
   kernel_table.notes = ratio_notes(m);
-  r.csv = kernel_table;
-  r.tables.push_back(std::move(kernel_table));
+  out->csv_table(kernel_table);
+  out->table(kernel_table);
 
-  std::vector<Record> phases;
-  for (const Record& k : kernels) {
-    if (k.find("phases")) {
-      for (Record& row : joined(k, "phases")) {
-        phases.push_back(std::move(row));
-      }
-    }
-  }
-  if (!phases.empty()) {
-    columns = shape;
-    columns.insert(columns.end(), {{"phase"}, {"time_s"}, {"share"}});
-    Table phase_table = table_of(phases, columns);
+  columns = shape;
+  columns.insert(columns.end(), {{"phase"}, {"time_s"}, {"share"}});
+  Table phase_table = table_of(kernels, columns, "phases");
+  if (!phase_table.rows.empty()) {
     phase_table.title = m.backend == "fake"
                             ? "Phases of each kernel on the fake backend: fixed shares"
                             : "Phases of each kernel, CUDA events between them (median over the "
                               "timed runs, phase by phase)";
-    r.tables.push_back(std::move(phase_table));
+    out->table(phase_table);
   }
 }
 
@@ -316,9 +311,9 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
                     "--profile");
     err << "kvcalc: wrote " << args.profile << '\n';
   }
-  Rendered r;
-  render_measurement(r, m);
-  emit(r, args.output, out, err);
+  CommandOutput output(args.output, "measure", out, err);
+  render_measurement(output, m);
+  output.finish();
   return 0;
 }
 

@@ -53,29 +53,27 @@ Record describe_model(const Model& m) {
 }
 
 int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& err) {
-  std::vector<Record> models;
+  CommandOutput output(args.output, "models", out, err);
+  std::vector<ColumnRef> columns{{"name"},
+                                 {"attention"},
+                                 {"layers"},
+                                 {"kv_dtype"},
+                                 {"kv_bytes_per_token"},
+                                 {"state_bytes_per_sequence"},
+                                 {"max_context"},
+                                 {"aliases"}};
+  Output::TableId t = output->begin_table("", columns);
+  output->csv_view(columns);
+  output->note(t, std::to_string(builtin_models().size()) +
+                      " bundled models; KV/token at the full rate in each model's dtype (MLA as "
+                      "the latent cache, a DSA indexer included), state per sequence as engines "
+                      "keep it by default");
+  output->begin_list("models");
   for (const Model& m : builtin_models()) {
-    models.push_back(describe_model(m));
+    output->item(describe_model(m));
   }
-  Rendered r;
-  r.json = json_header("models");
-  r.json["models"] = json_of(models);
-  Table t = table_of(models, {{"name"},
-                              {"attention"},
-                              {"layers"},
-                              {"kv_dtype"},
-                              {"kv_bytes_per_token"},
-                              {"state_bytes_per_sequence"},
-                              {"max_context"},
-                              {"aliases"}});
-  t.notes.push_back(
-      std::to_string(builtin_models().size()) +
-      " bundled models; KV/token at the full rate in each model's dtype (MLA as the latent "
-      "cache, a DSA indexer included), state per sequence as engines keep it by "
-      "default");
-  r.csv = t;
-  r.tables.push_back(std::move(t));
-  emit(r, args.output, out, err);
+  output->end_list();
+  output.finish();
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <kvcalc/core/units.hpp>
 #include <kvcalc/kv/cache_format.hpp>
 #include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/report/output.hpp>
 #include <kvcalc/report/table.hpp>
 #include <kvcalc/roofline/roofline.hpp>
 
@@ -33,7 +34,6 @@ inline constexpr const char* k_group_workload = "Workload";
 inline constexpr const char* k_group_ceilings = "Ceilings";
 inline constexpr const char* k_group_output = "Output";
 
-enum class Format { table, md, json, csv };
 inline constexpr NameTable<Format, 4> k_formats{
     "format",
     {{{Format::table, "table"}, {Format::md, "md"}, {Format::json, "json"}, {Format::csv, "csv"}}}};

@@ -1,6 +1,8 @@
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <ostream>
+#include <unordered_set>
 
 #include <unistd.h>
 
@@ -15,23 +17,42 @@
 
 namespace kvcalc::cli {
 
-Json json_header(const std::string& command) {
-  Json j = Json::object();
-  j["kvcalc"]["version"] = std::string(version());
-  j["kvcalc"]["schema"] = k_json_schema;
-  j["command"] = command;
-  return j;
-}
-
 std::vector<std::string> say_warnings(std::ostream& err, const std::vector<std::string>& warnings) {
   std::vector<std::string> said;
+  std::unordered_set<std::string_view> seen;
   for (const auto& w : warnings) {
-    if (std::find(said.begin(), said.end(), w) == said.end()) {
+    if (seen.insert(w).second) {
       err << "kvcalc: warning: " << printable(w) << '\n';
       said.push_back(w);
     }
   }
   return said;
+}
+
+CommandOutput::CommandOutput(const OutputOptions& options, std::string_view command,
+                             std::ostream& out, std::ostream& err)
+    : m_out(out), m_err(err), m_path(options.file),
+      m_document(options.format, options.units, command, [this](std::string_view text) {
+        if (m_path.empty()) {
+          m_out << text;
+          return;
+        }
+        if (!m_file) {
+          m_file.emplace(m_path, "-o");
+          errno = 0; // commit() reports what the writes set
+        }
+        m_file->stream() << text;
+      }) {
+}
+
+void CommandOutput::finish() {
+  m_document.finish(say_warnings(m_err, warnings));
+  if (!m_path.empty()) {
+    if (!m_file) {
+      m_file.emplace(m_path, "-o");
+    }
+    m_file->commit();
+  }
 }
 
 Progress::Progress(std::ostream& err, std::size_t total)
@@ -50,44 +71,6 @@ void Progress::step(const std::string& what) {
   if (m_terminal && m_elapsed() >= 1.0) {
     m_err << "kvcalc: [" << m_done << "/" << m_total << "] " << what << '\n';
   }
-}
-
-void emit(Rendered& result, const OutputOptions& options, std::ostream& out, std::ostream& err) {
-  std::vector<std::string> said = say_warnings(err, result.warnings);
-  std::string text;
-  switch (options.format) {
-  case Format::table:
-    text = render_text(result.tables, options.units);
-    for (const auto& line : result.text_after) {
-      text += line + '\n';
-    }
-    break;
-  case Format::md:
-    text = render_markdown(result.tables, options.units);
-    if (!result.text_after.empty()) {
-      text += "\n```\n";
-      for (const auto& line : result.text_after) {
-        text += line + '\n';
-      }
-      text += "```\n";
-    }
-    break;
-  case Format::json:
-    result.json["warnings"] = Json::array();
-    for (const auto& w : said) {
-      result.json["warnings"].push_back(w);
-    }
-    text = result.json.dump(2) + '\n';
-    break;
-  case Format::csv:
-    text = render_csv(result.csv);
-    break;
-  }
-  if (options.file.empty()) {
-    out << text;
-    return;
-  }
-  write_text_file(options.file, text, "-o");
 }
 
 void describe_peak_flops(report::Record& into, const PeakFlops& flops,

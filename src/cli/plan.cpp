@@ -120,26 +120,38 @@ struct PlanArgs {
 
 int run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err) {
   Plan plan = parse_plan(read_text_file(args.file), args.file);
-  Rendered r;
+  CommandOutput output(args.output, "plan", out, err);
   Diagnostics diagnostics;
   std::vector<ScenarioResult> results = evaluate_plan(plan, diagnostics);
-  r.warnings = diagnostics.warnings;
+  output.warnings = diagnostics.warnings;
 
-  std::vector<Record> scenarios;
-  std::vector<Record> rows; // a requirement each, with its scenario's values
+  // A requirement a row, with its scenario's values.
+  Output::TableId table =
+      output->begin_table("", {{"name"}, {"requirement"}, {"actual"}, {"passed"}}, "requirements");
+  output->csv_view({{"name", "", "scenario"},
+                    {"kind"},
+                    {"requirement"},
+                    {"threshold"},
+                    {"context"},
+                    {"sequences"},
+                    {"actual"},
+                    {"actual_text"},
+                    {"passed"}},
+                   "requirements");
+  output->field("plan", args.file);
+  output->begin_list("scenarios");
+  u64 total = 0;
   u64 failed = 0;
   bool estimated = false;
   for (const ScenarioResult& s : results) {
-    scenarios.push_back(describe_scenario(s));
-    for (Record& row : joined(scenarios.back(), "requirements")) {
-      rows.push_back(std::move(row));
-    }
+    output->item(describe_scenario(s));
     for (const RequirementResult& q : s.requirements) {
       failed += q.passed ? 0 : 1;
     }
+    total += s.requirements.size();
     estimated = estimated || s.capacity.non_kv_estimated;
   }
-  u64 total = rows.size();
+  output->end_list();
   std::vector<std::string> notes{group_digits(total - failed) + " of " + group_digits(total) +
                                  " requirements hold: plan " + (failed ? "FAILED" : "passed")};
   if (estimated) {
@@ -147,30 +159,18 @@ int run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err) {
                     "give non_kv_memory or kv_cache_memory from the engine's log for its exact "
                     "figures");
   }
-  r.json = json_header("plan");
-  r.json["plan"] = args.file;
-  r.json["scenarios"] = json_of(scenarios);
-  r.json["requirements"] = total;
-  r.json["failed"] = failed;
-  r.json["passed"] = failed == 0;
-  Table t = table_of(rows, {{"name"}, {"requirement"}, {"actual"}, {"passed"}});
-  t.notes = notes;
-  r.tables.push_back(std::move(t));
-  r.csv = table_of(rows, {{"name", "", "scenario"},
-                          {"kind"},
-                          {"requirement"},
-                          {"threshold"},
-                          {"context"},
-                          {"sequences"},
-                          {"actual"},
-                          {"actual_text"},
-                          {"passed"}});
+  for (const std::string& note : notes) {
+    output->note(table, note);
+  }
+  output->field("requirements", total);
+  output->field("failed", failed);
+  output->field("passed", failed == 0);
   if (!args.report.empty()) {
     write_text_file(args.report, plan_report(args.file, results, notes), "--report",
                     WriteMode::append);
     err << "kvcalc: appended the report to " << args.report << '\n';
   }
-  emit(r, args.output, out, err);
+  output.finish();
   return failed ? static_cast<int>(ExitCode::plan_failed) : 0;
 }
 

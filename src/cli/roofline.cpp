@@ -82,9 +82,10 @@ std::vector<u64> parse_batches(const std::string& text, const std::string& flag)
   return out;
 }
 
+/// One scenario of the sweep: its request and what the roofline made of it.
 struct Scenario {
-  RooflineRequest request;
-  RooflineResult result;
+  const RooflineRequest& request;
+  const RooflineResult& result;
 };
 
 struct Crossover {
@@ -103,96 +104,121 @@ std::string scenario_label(const RooflineRequest& q, const RooflineResult& r) {
 }
 
 /// The roofline of every op of every scenario and, for a batch sweep, throughput and time per
-/// token against batch.
-void write_plot(const std::string& path, const std::vector<Scenario>& scenarios) {
-  const RooflineRequest& first = scenarios.front().request;
-  std::vector<std::pair<std::string, const RooflineResult*>> results;
-  std::vector<u64> batches;
-  for (const auto& s : scenarios) {
-    results.emplace_back(scenario_label(s.request, s.result), &s.result);
-    batches.push_back(s.request.batch);
-  }
-  RooflineChart chart;
-  std::vector<std::string> names;
-  for (const auto& [label, res] : results) {
-    if (std::find(names.begin(), names.end(), label) == names.end()) {
-      names.push_back(label);
+/// token against batch: what --plot draws, kept scenario by scenario as the sweep runs.
+class StepPlot {
+public:
+  void add(const Scenario& s) {
+    if (m_steps.empty()) {
+      m_first_batch = s.request.batch;
+      m_gpu = s.request.gpu.display_name;
+      m_rates = s.request.rates;
     }
-  }
-  if (names.size() == 1) {
-    chart.title = "Roofline: " + names.front() + ", batch " + group_digits(first.batch) + " on " +
-                  first.gpu.display_name;
-  } else {
-    chart.title =
-        "Roofline: " + std::to_string(names.size()) + " scenarios on " + first.gpu.display_name;
-    chart.series = names;
-  }
-  // The ceilings' source, a profile named by its file alone: no home folder in a shared SVG.
-  std::string source = first.rates.source;
-  if (std::size_t at = source.find("device profile "); at != std::string::npos) {
-    std::size_t start = at + 15;
-    std::size_t end = source.find(' ', start);
-    std::string file = source.substr(start, end - start);
-    source.replace(start, file.size(), std::filesystem::path(file).filename().string());
-  }
-  chart.subtitle = "ceilings: " + source;
-  chart.bandwidth_bytes_per_s = first.rates.bandwidth_bytes_per_s;
-  const PeakFlops& f = first.rates.flops_per_s;
-  if (auto bf16 = f.bf16 ? f.bf16 : f.fp16) {
-    chart.ceilings.emplace_back("bf16", *bf16);
-  }
-  if (f.fp8) {
-    chart.ceilings.emplace_back("fp8", *f.fp8);
-  }
-  bool single = results.size() == 1;
-  for (auto it = results.rbegin(); it != results.rend(); ++it) {
-    const auto& [label, res] = *it;
-    for (const Op& o : res->ops) {
+    Step& step = m_steps.emplace_back();
+    step.label = scenario_label(s.request, s.result);
+    step.batch = s.request.batch;
+    step.tokens_per_s = s.result.tokens_per_s;
+    step.time_per_token_s = s.result.time_per_token_s;
+    for (const Op& o : s.result.ops) {
       if (o.communication || o.flops <= 0 || o.time_s <= 0) {
         continue;
       }
       PointStyle style = o.variant == "absorbed" ? PointStyle::absorbed
                          : o.variant == "naive"  ? PointStyle::naive
                                                  : PointStyle::other;
-      // Label every op of one scenario; several are told apart by colour and the legend.
-      std::string text = single ? o.name : std::string();
-      auto series =
-          static_cast<std::size_t>(std::find(names.begin(), names.end(), label) - names.begin());
-      chart.points.push_back({o.intensity, o.flops / o.time_s, text, style, series});
+      step.points.push_back({o.intensity, o.flops / o.time_s, o.name, style, 0});
     }
   }
-  std::vector<LineChart> charts;
-  bool sweep =
-      std::adjacent_find(batches.begin(), batches.end(), std::not_equal_to<>()) != batches.end();
-  if (sweep) {
-    LineChart throughput;
-    throughput.title = "Throughput against batch";
-    throughput.x_label = "batch (sequences)";
-    throughput.y_label = "tokens/s";
-    LineChart latency;
-    latency.title = "Time per token against batch";
-    latency.x_label = "batch (sequences)";
-    latency.y_label = "time per output token (s)";
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      const std::string& label = results[i].first;
-      auto series = std::find_if(throughput.series.begin(), throughput.series.end(),
-                                 [&](const LineSeries& s) { return s.name == label; });
-      if (series == throughput.series.end()) {
-        throughput.series.push_back({label, {}, {}});
-        latency.series.push_back({label, {}, {}});
-        series = throughput.series.end() - 1;
+
+  void write(const std::string& path) const {
+    RooflineChart chart;
+    std::vector<std::string> names;
+    for (const Step& step : m_steps) {
+      if (std::find(names.begin(), names.end(), step.label) == names.end()) {
+        names.push_back(step.label);
       }
-      auto k = static_cast<std::size_t>(series - throughput.series.begin());
-      throughput.series[k].xs.push_back(static_cast<double>(batches[i]));
-      throughput.series[k].ys.push_back(results[i].second->tokens_per_s);
-      latency.series[k].xs.push_back(static_cast<double>(batches[i]));
-      latency.series[k].ys.push_back(results[i].second->time_per_token_s);
     }
-    charts.push_back(std::move(throughput));
-    charts.push_back(std::move(latency));
+    if (names.size() == 1) {
+      chart.title =
+          "Roofline: " + names.front() + ", batch " + group_digits(m_first_batch) + " on " + m_gpu;
+    } else {
+      chart.title = "Roofline: " + std::to_string(names.size()) + " scenarios on " + m_gpu;
+      chart.series = names;
+    }
+    // The ceilings' source, a profile named by its file alone: no home folder in a shared SVG.
+    std::string source = m_rates.source;
+    if (std::size_t at = source.find("device profile "); at != std::string::npos) {
+      std::size_t start = at + 15;
+      std::size_t end = source.find(' ', start);
+      std::string file = source.substr(start, end - start);
+      source.replace(start, file.size(), std::filesystem::path(file).filename().string());
+    }
+    chart.subtitle = "ceilings: " + source;
+    chart.bandwidth_bytes_per_s = m_rates.bandwidth_bytes_per_s;
+    const PeakFlops& f = m_rates.flops_per_s;
+    if (auto bf16 = f.bf16 ? f.bf16 : f.fp16) {
+      chart.ceilings.emplace_back("bf16", *bf16);
+    }
+    if (f.fp8) {
+      chart.ceilings.emplace_back("fp8", *f.fp8);
+    }
+    bool single = m_steps.size() == 1;
+    for (auto it = m_steps.rbegin(); it != m_steps.rend(); ++it) {
+      auto series = static_cast<std::size_t>(std::find(names.begin(), names.end(), it->label) -
+                                             names.begin());
+      for (ChartPoint point : it->points) {
+        // Label every op of one scenario; several are told apart by colour and the legend.
+        if (!single) {
+          point.label.clear();
+        }
+        point.series = series;
+        chart.points.push_back(std::move(point));
+      }
+    }
+    std::vector<LineChart> charts;
+    bool sweep = std::any_of(m_steps.begin(), m_steps.end(),
+                             [&](const Step& step) { return step.batch != m_first_batch; });
+    if (sweep) {
+      LineChart throughput;
+      throughput.title = "Throughput against batch";
+      throughput.x_label = "batch (sequences)";
+      throughput.y_label = "tokens/s";
+      LineChart latency;
+      latency.title = "Time per token against batch";
+      latency.x_label = "batch (sequences)";
+      latency.y_label = "time per output token (s)";
+      for (const Step& step : m_steps) {
+        auto series = std::find_if(throughput.series.begin(), throughput.series.end(),
+                                   [&](const LineSeries& x) { return x.name == step.label; });
+        if (series == throughput.series.end()) {
+          throughput.series.push_back({step.label, {}, {}});
+          latency.series.push_back({step.label, {}, {}});
+          series = throughput.series.end() - 1;
+        }
+        auto k = static_cast<std::size_t>(series - throughput.series.begin());
+        throughput.series[k].xs.push_back(static_cast<double>(step.batch));
+        throughput.series[k].ys.push_back(step.tokens_per_s);
+        latency.series[k].xs.push_back(static_cast<double>(step.batch));
+        latency.series[k].ys.push_back(step.time_per_token_s);
+      }
+      charts.push_back(std::move(throughput));
+      charts.push_back(std::move(latency));
+    }
+    write_text_file(path, render_svg(chart, charts), "--plot");
   }
-  write_text_file(path, render_svg(chart, charts), "--plot");
-}
+
+private:
+  struct Step {
+    std::string label;
+    u64 batch = 0;
+    double tokens_per_s = 0;
+    double time_per_token_s = 0;
+    std::vector<ChartPoint> points;
+  };
+  std::vector<Step> m_steps;
+  u64 m_first_batch = 0;
+  std::string m_gpu;
+  DeviceRates m_rates;
+};
 
 /// What the command line asks, checked, with the ceilings: read or measured.
 struct RooflineInputs {
@@ -278,33 +304,26 @@ std::vector<RooflineRequest> base_requests(const RooflineArgs& args, const Roofl
   return out;
 }
 
-std::vector<Scenario> run_scenarios(const RooflineArgs& args, const RooflineInputs& in,
-                                    const std::vector<Model>& models,
-                                    std::vector<std::string>& warnings) {
-  check_sweep({{"models", models.size()},
-               {"GPUs", in.devices.size()},
-               {"tp", args.parallel.tp_sweep().size()},
-               {"--mla modes", args.mla.size()},
-               {"contexts", in.contexts.size()},
-               {"--batch", args.batches_per_gpu.value_or(args.batches).size()}});
-  std::vector<Scenario> scenarios;
-  for (const RooflineRequest& req : base_requests(args, in, models)) {
+/// Calls `each(request)` for every scenario of the sweep, in order: each model on each GPU and
+/// tp, each --mla mode (MLA models), context and batch. One request is filled in place: a
+/// scenario copies no model.
+template <class F>
+void for_each_scenario(const RooflineArgs& args, const RooflineInputs& in,
+                       const std::vector<Model>& models, F each) {
+  for (RooflineRequest& req : base_requests(args, in, models)) {
     bool mla = req.model.attention.kind == AttentionKind::mla;
     for (MlaMode mode : mla ? args.mla : std::vector<MlaMode>{MlaMode::automatic}) {
+      req.mla = mode;
       for (u64 c : in.contexts) {
+        req.context = c;
         for (u64 b : args.batches_per_gpu.value_or(args.batches)) {
-          RooflineRequest x = req;
-          x.mla = mode;
-          x.context = c;
-          x.batch =
+          req.batch =
               args.batches_per_gpu ? checked_mul(b, req.parallel.tp, "--batch-per-gpu × tp") : b;
-          Scenario& s = scenarios.emplace_back(Scenario{x, compute_roofline(x)});
-          warnings.insert(warnings.end(), s.result.notes.begin(), s.result.notes.end());
+          each(std::as_const(req));
         }
       }
     }
   }
-  return scenarios;
 }
 
 std::vector<Crossover> run_crossovers(const RooflineArgs& args, const RooflineInputs& in,
@@ -384,8 +403,9 @@ Record describe_op(const Op& o, double step_s) {
   return r;
 }
 
-/// One step: the deployment, the step's shape on each GPU, every op and the totals.
-Record describe_step(const Scenario& s) {
+/// One step: the deployment, the step's shape on each GPU, every op (when `with_ops`: the view
+/// reads them) and the totals.
+Record describe_step(const Scenario& s, bool with_ops) {
   const RooflineRequest& q = s.request;
   const RooflineResult& res = s.result;
   bool mla = q.model.attention.kind == AttentionKind::mla;
@@ -414,9 +434,12 @@ Record describe_step(const Scenario& s) {
   r.value("heads_per_gpu", Cell::number(res.heads));
   r.value("layers_per_gpu", Cell::count(res.layers));
   r.value("rates", Cell::text(res.rates_source));
-  auto& ops = r.list("ops");
-  for (const Op& o : res.ops) {
-    ops.push_back(describe_op(o, res.stage_s));
+  if (with_ops) {
+    auto& ops = r.list("ops");
+    ops.reserve(res.ops.size());
+    for (const Op& o : res.ops) {
+      ops.push_back(describe_op(o, res.stage_s));
+    }
   }
   Record& total = r.object("total");
   total.value("flops", Cell::flop(res.flops));
@@ -449,25 +472,24 @@ Record describe_crossover(const Crossover& c) {
   return r;
 }
 
-void render_crossovers(Rendered& r, const std::vector<Crossover>& crossovers) {
-  std::vector<Record> described;
+void render_crossovers(CommandOutput& out, const std::vector<Crossover>& crossovers) {
+  std::vector<ColumnRef> columns{
+      {"deployment"}, {"prefix"}, {"flop_ratio"}, {"flop_query"}, {"time_query"}};
+  Output::TableId t = out->begin_table(
+      "MLA: where absorbed stops paying (chunks of s tokens over a prefix of P)", columns);
+  out->csv_view(columns);
+  out->begin_list("crossovers");
   for (const Crossover& c : crossovers) {
-    described.push_back(describe_crossover(c));
+    out->item(describe_crossover(c));
   }
-  r.json = json_header("roofline-mla-crossover");
-  r.json["crossovers"] = json_of(described);
-  Table t = table_of(described,
-                     {{"deployment"}, {"prefix"}, {"flop_ratio"}, {"flop_query"}, {"time_query"}});
-  t.title = "MLA: where absorbed stops paying (chunks of s tokens over a prefix of P)";
-  t.notes.push_back("absorbed costs fewer FLOPs while s·t_eff/P stays below the ratio; the time "
-                    "crossover differs because the two modes sit on opposite sides of the ridge");
+  out->end_list();
+  out->note(t, "absorbed costs fewer FLOPs while s·t_eff/P stays below the ratio; the time "
+               "crossover differs because the two modes sit on opposite sides of the ridge");
   if (std::any_of(crossovers.begin(), crossovers.end(),
                   [](const Crossover& c) { return !c.result.flop_ratio; })) {
-    t.notes.push_back("'never': with 2·d_c ≤ d_nope + d_v the latent is so narrow that absorbed "
-                      "costs fewer FLOPs at every s");
+    out->note(t, "'never': with 2·d_c ≤ d_nope + d_v the latent is so narrow that absorbed "
+                 "costs fewer FLOPs at every s");
   }
-  r.csv = t;
-  r.tables.push_back(std::move(t));
 }
 
 /// --explain: each collective with the links it crosses, its bytes, α and β; the pipeline and
@@ -535,66 +557,98 @@ std::vector<std::string> explain_step(const Scenario& s, ByteUnits units) {
   return out;
 }
 
-void render_steps(Rendered& r, const RooflineArgs& args, const std::vector<Scenario>& scenarios) {
-  std::vector<Record> described;
-  for (const Scenario& s : scenarios) {
-    described.push_back(describe_step(s));
+/// Every scenario of the sweep, computed, described and written one at a time; returns whether
+/// every one's weights fit.
+bool stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineInputs& in,
+                  const std::vector<Model>& models, std::ostream& err) {
+  check_sweep({{"models", models.size()},
+               {"GPUs", in.devices.size()},
+               {"tp", args.parallel.tp_sweep().size()},
+               {"--mla modes", args.mla.size()},
+               {"contexts", in.contexts.size()},
+               {"--batch", args.batches_per_gpu.value_or(args.batches).size()}});
+  std::size_t count = 0;
+  for_each_scenario(args, in, models, [&](const RooflineRequest&) { ++count; });
+  std::vector<ColumnRef> summary{{"model"},
+                                 {"gpu"},
+                                 {"tp"},
+                                 {"phase"},
+                                 {"mla"},
+                                 {"batch"},
+                                 {"context"},
+                                 {"query_tokens", "", "query"},
+                                 {"total.time_s", "", "time_s"},
+                                 {"total.tokens_per_s", "", "tokens_per_s"},
+                                 {"total.tokens_per_s_per_gpu", "", "tokens_per_s_per_gpu"},
+                                 {"total.time_per_token_s", "", "time_per_token_s"},
+                                 {"dominant"}};
+  Output::TableId summary_table = out->begin_table("", summary);
+  out->csv_view(summary);
+  out->begin_list("scenarios");
+  // People read every op of one scenario, or of each with --ops.
+  bool op_tables = out->for_people() && (args.ops || count == 1);
+  std::vector<ColumnRef> op_columns{{"name"},      {"dtype"}, {"flops"}, {"bytes"},
+                                    {"intensity"}, {"bound"}, {"time_s"}};
+  if (args.overlap != Overlap::none) {
+    op_columns.push_back({"exposed_s"});
   }
-  r.json = json_header("roofline");
-  r.json["scenarios"] = json_of(described);
-  Table summary = table_of(described, {{"model"},
-                                       {"gpu"},
-                                       {"tp"},
-                                       {"phase"},
-                                       {"mla"},
-                                       {"batch"},
-                                       {"context"},
-                                       {"query_tokens", "", "query"},
-                                       {"total.time_s", "", "time_s"},
-                                       {"total.tokens_per_s", "", "tokens_per_s"},
-                                       {"total.tokens_per_s_per_gpu", "", "tokens_per_s_per_gpu"},
-                                       {"total.time_per_token_s", "", "time_per_token_s"},
-                                       {"dominant"}});
-  Overlap overlap = scenarios.front().request.overlap;
-  summary.notes.push_back("ceilings: " + scenarios.front().result.rates_source +
-                          (overlap == Overlap::none
-                               ? "; ops run one after another (no overlap)"
-                               : "; two-batch overlap: the shorter of compute and communication "
-                                 "runs under the longer"));
-  r.csv = summary;
-  r.tables.push_back(std::move(summary));
-  if (args.explain) {
-    for (const Scenario& s : scenarios) {
+  op_columns.push_back({"share"});
+  std::optional<StepPlot> plot;
+  if (!args.plot.empty()) {
+    plot.emplace();
+  }
+  bool all_fit = true;
+  bool first = true;
+  for_each_scenario(args, in, models, [&](const RooflineRequest& q) {
+    RooflineResult result = compute_roofline(q);
+    Scenario s{q, result};
+    out.warnings.insert(out.warnings.end(), result.notes.begin(), result.notes.end());
+    all_fit = all_fit && result.weights_fit;
+    if (first) {
+      out->note(summary_table,
+                "ceilings: " + result.rates_source +
+                    (q.overlap == Overlap::none
+                         ? "; ops run one after another (no overlap)"
+                         : "; two-batch overlap: the shorter of compute and communication "
+                           "runs under the longer"));
+      first = false;
+    }
+    if (plot) {
+      plot->add(s);
+    }
+    Record described = describe_step(s, out->format() == Format::json || op_tables);
+    out->item(described);
+    if (args.explain && out->for_people()) {
       for (std::string& line : explain_step(s, args.output.units)) {
-        r.text_after.push_back(std::move(line));
+        out->text_after(std::move(line));
       }
     }
-  }
-  if (!args.ops && scenarios.size() > 1) {
-    return;
-  }
-  for (std::size_t i = 0; i < scenarios.size(); ++i) {
-    const RooflineRequest& q = scenarios[i].request;
-    std::vector<ColumnRef> columns{{"name"},      {"dtype"}, {"flops"}, {"bytes"},
-                                   {"intensity"}, {"bound"}, {"time_s"}};
-    if (q.overlap != Overlap::none) {
-      columns.push_back({"exposed_s"});
+    if (op_tables) {
+      std::vector<const Record*> ops;
+      for (const Record& op : described.records("ops")) {
+        ops.push_back(&op);
+      }
+      out->table(q.model.name + " on " + q.gpu.name + ", batch " + group_digits(q.batch) +
+                     ", context " + group_digits(q.context) +
+                     (q.model.attention.kind == AttentionKind::mla
+                          ? ", " + std::string(mla_mode_name(result.mla))
+                          : ""),
+                 ops, op_columns);
     }
-    columns.push_back({"share"});
-    Table t = table_of(described[i].records("ops"), columns);
-    t.title = q.model.name + " on " + q.gpu.name + ", batch " + group_digits(q.batch) +
-              ", context " + group_digits(q.context) +
-              (q.model.attention.kind == AttentionKind::mla
-                   ? ", " + std::string(mla_mode_name(scenarios[i].result.mla))
-                   : "");
-    r.tables.push_back(std::move(t));
+  });
+  out->end_list();
+  if (plot) {
+    plot->write(args.plot);
+    err << "kvcalc: wrote " << args.plot << '\n';
   }
+  return all_fit;
 }
 
 int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err) {
-  Rendered r;
-  std::vector<Model> models = load_models(args.models, r.warnings);
-  RooflineInputs in = read_inputs(args, models, r.warnings, err);
+  CommandOutput output(args.output, args.mla_crossover ? "roofline-mla-crossover" : "roofline", out,
+                       err);
+  std::vector<Model> models = load_models(args.models, output.warnings);
+  RooflineInputs in = read_inputs(args, models, output.warnings, err);
   bool all_fit = true;
   if (args.mla_crossover) {
     std::vector<Crossover> crossovers = run_crossovers(args, in, models);
@@ -602,18 +656,11 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
       write_crossover_plot(args.plot, crossovers);
       err << "kvcalc: wrote " << args.plot << '\n';
     }
-    render_crossovers(r, crossovers);
+    render_crossovers(output, crossovers);
   } else {
-    std::vector<Scenario> scenarios = run_scenarios(args, in, models, r.warnings);
-    all_fit = std::all_of(scenarios.begin(), scenarios.end(),
-                          [](const Scenario& s) { return s.result.weights_fit; });
-    if (!args.plot.empty()) {
-      write_plot(args.plot, scenarios);
-      err << "kvcalc: wrote " << args.plot << '\n';
-    }
-    render_steps(r, args, scenarios);
+    all_fit = stream_steps(output, args, in, models, err);
   }
-  emit(r, args.output, out, err);
+  output.finish();
   return static_cast<int>(all_fit ? ExitCode::ok : ExitCode::does_not_fit);
 }
 

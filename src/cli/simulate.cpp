@@ -929,37 +929,39 @@ Table latency_table(const Scenario& s, const Record& described) {
 
 /// The result in every format, from the descriptions of the workload, the scheduler and the
 /// scenarios.
-void render_simulation(Rendered& r, const SimulateArgs& args, const SimulateInputs& in,
+void render_simulation(CommandOutput& out, const SimulateArgs& args, const SimulateInputs& in,
                        const std::vector<Scenario>& scenarios,
                        const std::vector<const Scenario*>& ran) {
-  std::vector<Record> described;
+  Output::TableId table = out->begin_table("", {{"model"},
+                                                {"gpu"},
+                                                {"tp"},
+                                                {"rate_per_s"},
+                                                {"requests_completed"},
+                                                {"requests_rejected"},
+                                                {"preemptions"},
+                                                {"throughput_tokens_per_s.input"},
+                                                {"throughput_tokens_per_s.output"},
+                                                {"ttft_s.p50", "TTFT p50"},
+                                                {"ttft_s.p99", "TTFT p99"},
+                                                {"tpot_s.p50", "TPOT p50"},
+                                                {"tpot_s.p99", "TPOT p99"},
+                                                {"e2e_s.p99", "E2E p99"},
+                                                {"kv_occupancy.peak"},
+                                                {"kv_occupancy.mean"},
+                                                {"concurrency.peak"}});
+  out->csv_view(csv_columns());
+  out->field("workload", describe_workload(args, in));
+  out->field("scheduler", describe_scheduler(args, in));
+  out->begin_list("scenarios");
+  std::optional<Table> latency; // one scenario ran: its latencies
   for (const Scenario& s : scenarios) {
-    described.push_back(describe_scenario(s, in.trace));
-  }
-  r.json = json_header("simulate");
-  r.json["workload"] = describe_workload(args, in).json();
-  r.json["scheduler"] = describe_scheduler(args, in).json();
-  r.json["scenarios"] = json_of(described);
-  Table t = table_of(described, {{"model"},
-                                 {"gpu"},
-                                 {"tp"},
-                                 {"rate_per_s"},
-                                 {"requests_completed"},
-                                 {"requests_rejected"},
-                                 {"preemptions"},
-                                 {"throughput_tokens_per_s.input"},
-                                 {"throughput_tokens_per_s.output"},
-                                 {"ttft_s.p50", "TTFT p50"},
-                                 {"ttft_s.p99", "TTFT p99"},
-                                 {"tpot_s.p50", "TPOT p50"},
-                                 {"tpot_s.p99", "TPOT p99"},
-                                 {"e2e_s.p99", "E2E p99"},
-                                 {"kv_occupancy.peak"},
-                                 {"kv_occupancy.mean"},
-                                 {"concurrency.peak"}});
-  for (const Scenario& s : scenarios) {
+    Record described = describe_scenario(s, in.trace);
+    out->item(described);
+    if (ran.size() == 1 && &s == ran.front()) {
+      latency = latency_table(s, described);
+    }
     if (!s.unfit.empty()) {
-      t.notes.push_back(s.unfit);
+      out->note(table, s.unfit);
     }
     if (s.pools) {
       auto pool = [](const char* name, const SimConfig& c, const SimResult& run) {
@@ -970,23 +972,21 @@ void render_simulation(Rendered& r, const SimulateArgs& args, const SimulateInpu
                            group_digits(c.pool_blocks), run.busy_s, run.kv_peak * 100,
                            run.queue.p99);
       };
-      t.notes.push_back(s.label + ": " + pool("prefill", s.pools->prefill, s.pools->prefill_run) +
-                        "; " + pool("decode", s.config, s.pools->decode_run) +
-                        fmt::format("; KV transfer p50 {:.4g} s, p99 {:.4g} s; TTFT counts "
-                                    "prefill, transfer and the wait for a decode slot",
-                                    s.pools->transfers.p50, s.pools->transfers.p99));
+      out->note(table, s.label + ": " + pool("prefill", s.pools->prefill, s.pools->prefill_run) +
+                           "; " + pool("decode", s.config, s.pools->decode_run) +
+                           fmt::format("; KV transfer p50 {:.4g} s, p99 {:.4g} s; TTFT counts "
+                                       "prefill, transfer and the wait for a decode slot",
+                                       s.pools->transfers.p50, s.pools->transfers.p99));
     }
   }
-  t.notes.push_back(workload_note(args, in));
-  t.notes.push_back(fmt::format("steps priced by the roofline ({}); {} preemption; throughput "
-                                "over the makespan (first arrival to last token); docs/simulate.md",
-                                ran.front()->config.step.rates.source,
-                                preemption_name(args.preemption)));
-  r.csv = table_of(described, csv_columns());
-  r.tables.push_back(std::move(t));
-  if (ran.size() == 1) {
-    auto at = static_cast<std::size_t>(ran.front() - scenarios.data());
-    r.tables.push_back(latency_table(*ran.front(), described[at]));
+  out->end_list();
+  out->note(table, workload_note(args, in));
+  out->note(table,
+            fmt::format("steps priced by the roofline ({}); {} preemption; throughput "
+                        "over the makespan (first arrival to last token); docs/simulate.md",
+                        ran.front()->config.step.rates.source, preemption_name(args.preemption)));
+  if (latency) {
+    out->table(*latency);
   }
 }
 
@@ -1013,7 +1013,7 @@ void check_batch_search(const SimulateArgs& args, const SimulateInputs& in) {
 /// --slo: each instance searched for the highest rate meeting the targets, or checked at the
 /// rates (or trace) given, with every run as evidence and the fewest GPUs that meet them.
 int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vector<Model>& models,
-            Rendered& r, std::ostream& out, std::ostream& err) {
+            CommandOutput& out, std::ostream& err) {
   std::vector<SloTarget> targets = parse_slo(args.slo);
   if (in.prefill_pool) {
     throw InputError("--slo searches one instance at a time; drop --prefill/--decode, or run "
@@ -1030,7 +1030,7 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   bool search =
       by_batch || (!in.trace && args.rates.empty() && in.workload.arrival != ArrivalProcess::burst);
   std::string what = by_batch ? "batch" : "rate";
-  std::vector<Scenario> bases = instances(args, in, models, r.warnings);
+  std::vector<Scenario> bases = instances(args, in, models, out.warnings);
   std::vector<Record> rows;
   std::vector<Record> evidence;
   std::string targets_text;
@@ -1044,7 +1044,7 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   for (const Scenario& base : bases) {
     if (!base.unfit.empty()) {
       all_fit = false;
-      r.warnings.push_back(base.unfit);
+      out.warnings.push_back(base.unfit);
       continue;
     }
     progress.step((search ? "searching " : "checking ") + base.model + " on " + base.gpu + " (tp " +
@@ -1135,7 +1135,6 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   if (rows.empty()) {
     throw DoesNotFit(bases.front().unfit);
   }
-  r.json = json_header("simulate");
   Record slo;
   slo.strings("targets", [&] {
     std::vector<std::string> v;
@@ -1146,10 +1145,10 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   }());
   slo.value("mode", Cell::text(search ? "search" : "check"));
   slo.value("searched", search ? Cell::text(what) : Cell::empty());
-  r.json["workload"] = describe_workload(args, in).json();
-  r.json["slo"] = slo.json();
-  r.json["slo"]["scenarios"] = json_of(rows);
-  r.json["slo"]["runs"] = json_of(evidence);
+  slo.list("scenarios") = std::move(rows);
+  slo.list("runs") = std::move(evidence);
+  out->field("workload", describe_workload(args, in));
+  out->field("slo", slo);
   std::vector<ColumnRef> columns{{"model"}, {"gpu"}, {"gpus"}, {"tp"}};
   if (by_batch) {
     columns.insert(columns.end(), {{"max_batch"}, {"max_batch_per_gpu"}, {"failed_batch"}});
@@ -1160,7 +1159,9 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
     columns.push_back({"meets"});
   }
   columns.push_back({"runs"});
-  Table t = table_of(rows, columns);
+  const std::vector<Record>& slo_rows = slo.records("scenarios");
+  const std::vector<Record>& slo_runs = slo.records("runs");
+  Table t = table_of(slo_rows, columns);
   t.title = by_batch ? "Largest batch (requests arriving at once) within " + targets_text
             : search ? "Highest arrival rate within " + targets_text
                      : "Within " + targets_text + "?";
@@ -1170,7 +1171,7 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
     run_columns.push_back({"measured." + x.metric + "_" + x.statistic});
   }
   run_columns.insert(run_columns.end(), {{"rejected"}, {"overloaded"}, {"meets"}});
-  Table runs = table_of(evidence, run_columns);
+  Table runs = table_of(slo_runs, run_columns);
   runs.title = "The simulations run";
   if (best != nullptr) {
     t.notes.push_back(
@@ -1193,22 +1194,22 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   t.notes.push_back("a run meets the targets when every statistic is within its bound, no "
                     "request is rejected and the queue does not grow (docs/simulate.md, SLO "
                     "search)");
-  r.tables.push_back(std::move(t));
-  r.tables.push_back(std::move(runs));
-  r.csv = table_of(evidence, run_columns);
-  emit(r, args.output, out, err);
+  out->table(t);
+  out->table(runs);
+  out->csv_table(table_of(slo_runs, run_columns));
+  out.finish();
   return static_cast<int>(all_fit ? ExitCode::ok : ExitCode::does_not_fit);
 }
 
 int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err) {
   SimulateInputs in = read_inputs(args, err);
-  Rendered r;
-  std::vector<Model> models = load_models(args.models, r.warnings);
+  CommandOutput output(args.output, "simulate", out, err);
+  std::vector<Model> models = load_models(args.models, output.warnings);
   if (!args.slo.empty()) {
-    return run_slo(args, in, models, r, out, err);
+    return run_slo(args, in, models, output, err);
   }
   TimelineFile timeline(args.timeline);
-  std::vector<Scenario> scenarios = run_scenarios(args, in, models, timeline, r.warnings, err);
+  std::vector<Scenario> scenarios = run_scenarios(args, in, models, timeline, output.warnings, err);
   std::vector<const Scenario*> ran;
   for (const Scenario& s : scenarios) {
     if (s.unfit.empty()) {
@@ -1223,8 +1224,8 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
     write_plot(args.plot, ran);
     err << "kvcalc: wrote " << args.plot << '\n';
   }
-  render_simulation(r, args, in, scenarios, ran);
-  emit(r, args.output, out, err);
+  render_simulation(output, args, in, scenarios, ran);
+  output.finish();
   return static_cast<int>(ran.size() == scenarios.size() ? ExitCode::ok : ExitCode::does_not_fit);
 }
 

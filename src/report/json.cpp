@@ -29,9 +29,7 @@ Json& Json::push_back(Json value) {
   return array.back();
 }
 
-namespace {
-
-void write_string(std::string& out, const std::string& s) {
+void append_json_string(std::string& out, std::string_view s) {
   out += '"';
   for (char c : s) {
     switch (c) {
@@ -64,14 +62,22 @@ void write_string(std::string& out, const std::string& s) {
   out += '"';
 }
 
-void newline(std::string& out, int indent, int depth) {
+void append_json_newline(std::string& out, int indent, int depth) {
   if (indent > 0) {
     out += '\n';
     out.append(static_cast<std::size_t>(indent * depth), ' ');
   }
 }
 
-} // namespace
+void append_json_number(std::string& out, double v) {
+  if (!std::isfinite(v)) {
+    out += "null";
+    return;
+  }
+  char buffer[32];
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, v);
+  out.append(buffer, result.ptr);
+}
 
 void Json::write(std::string& out, int indent, int depth) const {
   std::visit(
@@ -84,37 +90,31 @@ void Json::write(std::string& out, int indent, int depth) const {
         } else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint64_t>) {
           out += std::to_string(v);
         } else if constexpr (std::is_same_v<T, double>) {
-          if (!std::isfinite(v)) {
-            out += "null";
-            return;
-          }
-          char buffer[32];
-          auto result = std::to_chars(buffer, buffer + sizeof buffer, v);
-          out.append(buffer, result.ptr);
+          append_json_number(out, v);
         } else if constexpr (std::is_same_v<T, std::string>) {
-          write_string(out, v);
+          append_json_string(out, v);
         } else if constexpr (std::is_same_v<T, Array>) {
           out += '[';
           for (std::size_t i = 0; i < v.size(); ++i) {
             out += i ? "," : "";
-            newline(out, indent, depth + 1);
+            append_json_newline(out, indent, depth + 1);
             v[i].write(out, indent, depth + 1);
           }
           if (!v.empty()) {
-            newline(out, indent, depth);
+            append_json_newline(out, indent, depth);
           }
           out += ']';
         } else {
           out += '{';
           for (std::size_t i = 0; i < v.size(); ++i) {
             out += i ? "," : "";
-            newline(out, indent, depth + 1);
-            write_string(out, v[i].first);
+            append_json_newline(out, indent, depth + 1);
+            append_json_string(out, v[i].first);
             out += indent > 0 ? ": " : ":";
             v[i].second.write(out, indent, depth + 1);
           }
           if (!v.empty()) {
-            newline(out, indent, depth);
+            append_json_newline(out, indent, depth);
           }
           out += '}';
         }

@@ -117,19 +117,34 @@ std::string format_cell(const Cell& cell, ByteUnits units) {
   }
 }
 
-namespace {
-
-std::vector<std::vector<std::string>> formatted(const Table& t, ByteUnits units) {
-  std::vector<std::vector<std::string>> out;
-  for (const auto& row : t.rows) {
-    std::vector<std::string> line;
-    for (const auto& cell : row) {
-      line.push_back(printable(format_cell(cell, units))); // a name from a file may hold escapes
-    }
-    out.push_back(std::move(line));
+void TextTable::add_cell(std::size_t column, const Cell& cell, ByteUnits units) {
+  cells.push_back(format_cell(cell, units));
+  if (numeric(cell)) {
+    figures[column] = true;
   }
-  return out;
 }
+
+void TextTable::add_row(const std::vector<Cell>& row, ByteUnits units) {
+  for (std::size_t c = 0; c < row.size(); ++c) {
+    add_cell(c, row[c], units);
+  }
+}
+
+TextTable text_table(const Table& table, ByteUnits units) {
+  TextTable t(table.columns.size());
+  t.title = table.title;
+  for (std::size_t c = 0; c < table.columns.size(); ++c) {
+    t.headers[c] = table.columns[c].header;
+  }
+  t.cells.reserve(table.rows.size() * table.columns.size());
+  for (const auto& row : table.rows) {
+    t.add_row(row, units);
+  }
+  t.notes = table.notes;
+  return t;
+}
+
+namespace {
 
 /// Display width: UTF-8 continuation bytes take no column.
 std::size_t width(const std::string& s) {
@@ -137,14 +152,20 @@ std::size_t width(const std::string& s) {
       s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
-std::string pad(const std::string& s, std::size_t w, bool right) {
-  std::string fill(w > width(s) ? w - width(s) : 0, ' ');
-  return right ? fill + s : s + fill;
+void pad(std::string& out, const std::string& s, std::size_t w, bool right) {
+  std::size_t fill = w > width(s) ? w - width(s) : 0;
+  if (right) {
+    out.append(fill, ' ');
+  }
+  out += s;
+  if (!right) {
+    out.append(fill, ' ');
+  }
 }
 
 } // namespace
 
-std::string render_text(const std::vector<Table>& tables, ByteUnits units) {
+std::string render_text(const std::vector<TextTable>& tables) {
   std::string out;
   for (const auto& t : tables) {
     if (!out.empty()) {
@@ -153,37 +174,37 @@ std::string render_text(const std::vector<Table>& tables, ByteUnits units) {
     if (!t.title.empty()) {
       out += printable(t.title) + '\n';
     }
-    auto cells = formatted(t, units);
-    if (!t.columns.empty()) {
-      std::vector<std::size_t> widths;
-      std::vector<bool> right;
-      for (std::size_t c = 0; c < t.columns.size(); ++c) {
-        std::size_t w = width(t.columns[c].header);
-        bool is_numeric = false;
-        for (std::size_t r = 0; r < cells.size(); ++r) {
-          w = std::max(w, width(cells[r][c]));
-          is_numeric = is_numeric || numeric(t.rows[r][c]);
-        }
-        widths.push_back(w);
-        right.push_back(is_numeric);
+    const std::size_t columns = t.headers.size();
+    if (columns > 0) {
+      // A name from a file may hold escapes: cells are shown printable.
+      std::vector<std::string> shown;
+      shown.reserve(t.cells.size());
+      for (const auto& cell : t.cells) {
+        shown.push_back(printable(cell));
       }
-      auto line = [&](const std::vector<std::string>& values) {
-        std::string text;
-        for (std::size_t c = 0; c < values.size(); ++c) {
-          text += (c ? "  " : "  ") + pad(values[c], widths[c], right[c]);
+      std::vector<std::size_t> widths(columns);
+      for (std::size_t c = 0; c < columns; ++c) {
+        widths[c] = width(t.headers[c]);
+      }
+      for (std::size_t i = 0; i < shown.size(); ++i) {
+        widths[i % columns] = std::max(widths[i % columns], width(shown[i]));
+      }
+      auto line = [&](const std::string* values) {
+        std::size_t start = out.size();
+        for (std::size_t c = 0; c < columns; ++c) {
+          out += "  ";
+          pad(out, values[c], widths[c], t.figures[c]);
         }
-        while (!text.empty() && text.back() == ' ') {
-          text.pop_back();
+        std::size_t end = out.size();
+        while (end > start && out[end - 1] == ' ') {
+          --end;
         }
-        out += text + '\n';
+        out.resize(end);
+        out += '\n';
       };
-      std::vector<std::string> headers;
-      for (const auto& col : t.columns) {
-        headers.push_back(col.header);
-      }
-      line(headers);
-      for (const auto& row : cells) {
-        line(row);
+      line(t.headers.data());
+      for (std::size_t i = 0; i < shown.size(); i += columns) {
+        line(&shown[i]);
       }
     }
     for (const auto& note : t.notes) {
@@ -193,7 +214,23 @@ std::string render_text(const std::vector<Table>& tables, ByteUnits units) {
   return out;
 }
 
-std::string render_markdown(const std::vector<Table>& tables, ByteUnits units) {
+std::string render_text(const std::vector<Table>& tables, ByteUnits units) {
+  std::vector<TextTable> text;
+  text.reserve(tables.size());
+  for (const auto& t : tables) {
+    text.push_back(text_table(t, units));
+  }
+  return render_text(text);
+}
+
+std::string render_markdown(const std::vector<TextTable>& tables) {
+  auto escape = [](const std::string& s) {
+    std::string e;
+    for (char c : s) {
+      e += c == '|' ? std::string("\\|") : std::string(1, c);
+    }
+    return e;
+  };
   std::string out;
   for (const auto& t : tables) {
     if (!out.empty()) {
@@ -202,31 +239,20 @@ std::string render_markdown(const std::vector<Table>& tables, ByteUnits units) {
     if (!t.title.empty()) {
       out += "**" + t.title + "**\n\n";
     }
-    auto cells = formatted(t, units);
-    if (!t.columns.empty()) {
-      auto escape = [](const std::string& s) {
-        std::string e;
-        for (char c : s) {
-          e += c == '|' ? std::string("\\|") : std::string(1, c);
-        }
-        return e;
-      };
+    const std::size_t columns = t.headers.size();
+    if (columns > 0) {
       std::string header = "|";
       std::string rule = "|";
-      for (std::size_t c = 0; c < t.columns.size(); ++c) {
-        header += " " + escape(t.columns[c].header) + " |";
-        bool is_numeric =
-            std::any_of(t.rows.begin(), t.rows.end(),
-                        [&](const std::vector<Cell>& row) { return numeric(row[c]); });
-        rule += is_numeric ? " ---: |" : " --- |";
+      for (std::size_t c = 0; c < columns; ++c) {
+        header += " " + escape(t.headers[c]) + " |";
+        rule += t.figures[c] ? " ---: |" : " --- |";
       }
       out += header + '\n' + rule + '\n';
-      for (const auto& row : cells) {
-        std::string line = "|";
-        for (const auto& v : row) {
-          line += " " + escape(v) + " |";
+      for (std::size_t i = 0; i < t.cells.size(); ++i) {
+        out += (i % columns == 0 ? "| " : " ") + escape(t.cells[i]) + " |";
+        if (i % columns == columns - 1) {
+          out += '\n';
         }
-        out += line + '\n';
       }
     }
     if (!t.notes.empty()) {
@@ -239,38 +265,57 @@ std::string render_markdown(const std::vector<Table>& tables, ByteUnits units) {
   return out;
 }
 
+std::string render_markdown(const std::vector<Table>& tables, ByteUnits units) {
+  std::vector<TextTable> text;
+  text.reserve(tables.size());
+  for (const auto& t : tables) {
+    text.push_back(text_table(t, units));
+  }
+  return render_markdown(text);
+}
+
+void append_csv_text(std::string& out, std::string_view s) {
+  if (s.find_first_of(",\"\n") == std::string_view::npos) {
+    out += s;
+    return;
+  }
+  out += '"';
+  for (char c : s) {
+    out += c;
+    if (c == '"') {
+      out += '"';
+    }
+  }
+  out += '"';
+}
+
+void append_csv_field(std::string& out, const Cell& cell) {
+  if (const auto* s = std::get_if<std::string>(&cell.value)) {
+    append_csv_text(out, *s);
+  } else if (const auto* u = std::get_if<std::uint64_t>(&cell.value)) {
+    char buffer[24];
+    auto result = std::to_chars(buffer, buffer + sizeof buffer, *u);
+    out.append(buffer, result.ptr);
+  } else if (const auto* b = std::get_if<bool>(&cell.value)) {
+    out += *b ? "true" : "false";
+  } else if (const auto* d = std::get_if<double>(&cell.value)) {
+    char buffer[32];
+    auto result = std::to_chars(buffer, buffer + sizeof buffer, *d);
+    out.append(buffer, result.ptr);
+  }
+}
+
 std::string render_csv(const Table& t) {
-  auto quote = [](const std::string& s) {
-    if (s.find_first_of(",\"\n") == std::string::npos) {
-      return s;
-    }
-    std::string q = "\"";
-    for (char c : s) {
-      q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    }
-    return q + "\"";
-  };
   std::string out;
   for (std::size_t c = 0; c < t.columns.size(); ++c) {
-    out += (c ? "," : "") + t.columns[c].key;
+    out += c ? "," : "";
+    out += t.columns[c].key;
   }
   out += '\n';
   for (const auto& row : t.rows) {
     for (std::size_t c = 0; c < row.size(); ++c) {
-      std::string v;
-      const Cell& cell = row[c];
-      if (const auto* s = std::get_if<std::string>(&cell.value)) {
-        v = *s;
-      } else if (const auto* u = std::get_if<std::uint64_t>(&cell.value)) {
-        v = std::to_string(*u);
-      } else if (const auto* b = std::get_if<bool>(&cell.value)) {
-        v = *b ? "true" : "false";
-      } else if (const auto* d = std::get_if<double>(&cell.value)) {
-        char buffer[32];
-        auto result = std::to_chars(buffer, buffer + sizeof buffer, *d);
-        v.assign(buffer, result.ptr);
-      }
-      out += (c ? "," : "") + quote(v);
+      out += c ? "," : "";
+      append_csv_field(out, row[c]);
     }
     out += '\n';
   }

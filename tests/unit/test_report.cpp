@@ -1,6 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
+#include <kvcalc/core/version.hpp>
 #include <kvcalc/report/json.hpp>
+#include <kvcalc/report/output.hpp>
 #include <kvcalc/report/record.hpp>
 #include <kvcalc/report/svg.hpp>
 #include <kvcalc/report/table.hpp>
@@ -98,10 +102,10 @@ std::vector<Record> two_runs() {
 
 TEST_CASE("a record's JSON keeps entry order, nesting and what only JSON shows", "[report]") {
   std::vector<Record> rows = two_runs();
-  CHECK(rows[0].json().dump(0) ==
+  CHECK(json_text(rows[0], 0) ==
         R"({"model":"a","aliases":["x","y"],"ttft_s":{"p50":1.5,"count":3},"done":3})");
   // Where a value is missing JSON says null, not the "does not fit" people read.
-  CHECK(rows[1].json().dump(0) ==
+  CHECK(json_text(rows[1], 0) ==
         R"({"model":"b","aliases":["x","y"],"ttft_s":{"p50":2.5,"count":5},"done":null})");
 }
 
@@ -117,7 +121,7 @@ TEST_CASE("a nested record stays fillable while its parent grows", "[report]") {
   }
   CHECK(r.records("contexts").size() == 100);
   CHECK(r.records("totals").front().entries().size() == 100);
-  CHECK(r.json().dump(0).starts_with(R"({"contexts":[{"tokens":0},{"tokens":1},)"));
+  CHECK(json_text(r, 0).starts_with(R"({"contexts":[{"tokens":0},{"tokens":1},)"));
 }
 
 TEST_CASE("a view of records: dotted keys reach nested values, CSV names override keys",
@@ -155,12 +159,20 @@ TEST_CASE("joined rows: the child's values first, then the parent's it does not 
     p.value("time_s", Cell::seconds(t));
     phases.push_back(std::move(p));
   }
-  std::vector<Record> flat = joined(kernel, "phases");
-  REQUIRE(flat.size() == 2);
+  // A key the child holds in any kind hides the parent's, as JSON-only as it may be.
+  kernel.value("note", "note", Cell::text("kernel"));
+  phases.front().value("note", Cell::text("phase"), k_json_only);
+  std::vector<Record> kernels;
+  kernels.push_back(std::move(kernel));
+  Table flat =
+      table_of(kernels, {{"name"}, {"time_s"}, {"config.heads", "", "heads"}, {"note"}}, "phases");
+  REQUIRE(flat.rows.size() == 2);
   // The phase's own time, not the kernel's; nested parent objects stay reachable.
-  CHECK(render_csv(table_of(flat, {{"name"}, {"time_s"}, {"config.heads", "", "heads"}})) ==
-        "name,time_s,heads\nk,1,16\nk,2,16\n");
-  CHECK(flat[0].find("phases") == nullptr);
+  CHECK(render_csv(flat) == "name,time_s,heads,note\nk,1,16,\nk,2,16,kernel\n");
+  // A record without the list gives no row.
+  std::vector<Record> bare(1);
+  bare.front().value("name", Cell::text("b"));
+  CHECK(table_of(bare, {{"name"}}, "phases").rows.empty());
 }
 
 TEST_CASE("a record on its side: a row per field that holds a value", "[report]") {
@@ -266,4 +278,133 @@ TEST_CASE("roofline labels: no two boxes overlap, none covers an obstacle, all i
   std::vector<PlacedLabel> lone = place_labels({{300, 300}}, {"mlp"}, {}, frame, 10);
   CHECK_FALSE(lone[0].leader);
   CHECK(lone[0].box.x == Approx(307));
+}
+
+namespace {
+
+/// What an Output writes, block by block.
+struct Written {
+  std::vector<std::string> blocks;
+  Output::Writer writer() {
+    return [this](std::string_view text) { blocks.emplace_back(text); };
+  }
+  [[nodiscard]] std::string all() const {
+    std::string text;
+    for (const auto& b : blocks) {
+      text += b;
+    }
+    return text;
+  }
+};
+
+} // namespace
+
+TEST_CASE("JSON output: the header, fields and list in order, as Json::dump lays them out",
+          "[report][output]") {
+  Written w;
+  Output out(Format::json, ByteUnits::iec, "roofline", w.writer());
+  out.field("baseline", Json("a"));
+  out.begin_list("models");
+  for (Record& r : two_runs()) {
+    out.item(r);
+  }
+  out.end_list();
+  out.begin_list("empty");
+  out.end_list();
+  out.finish({"careful"});
+  // The same document built as one tree.
+  Json tree = Json::object();
+  tree["kvcalc"]["version"] = std::string(version());
+  tree["kvcalc"]["schema"] = k_json_schema;
+  tree["command"] = "roofline";
+  tree["baseline"] = "a";
+  for (std::uint64_t n : {3ULL, 5ULL}) {
+    Json run = Json::object();
+    run["model"] = n == 3 ? "a" : "b";
+    run["aliases"].push_back("x");
+    run["aliases"].push_back("y");
+    run["ttft_s"]["p50"] = 0.5 * static_cast<double>(n);
+    run["ttft_s"]["count"] = n;
+    run["done"] = n == 3 ? Json(n) : Json();
+    tree["models"].push_back(std::move(run));
+  }
+  tree["empty"] = Json::array();
+  tree["warnings"].push_back("careful");
+  CHECK(w.all() == tree.dump(2) + "\n");
+  // A small document leaves in one block, at the end.
+  CHECK(w.blocks.size() == 1);
+}
+
+TEST_CASE("CSV output: rows leave as items arrive, in blocks, joined on a list",
+          "[report][output]") {
+  Written w;
+  Output out(Format::csv, ByteUnits::iec, "footprint", w.writer());
+  out.csv_view({{"model"}, {"tokens", "", "context_tokens"}}, "contexts");
+  out.begin_list("models");
+  const std::uint64_t rows = 20000;
+  Record model;
+  model.value("model", "model", Cell::text("m"));
+  auto& contexts = model.list("contexts");
+  for (std::uint64_t i = 0; i < rows; ++i) {
+    contexts.emplace_back().value("tokens", Cell::count(i));
+  }
+  out.item(model);
+  // About 8 bytes a row: well past one block before the end.
+  CHECK_FALSE(w.blocks.empty());
+  out.end_list();
+  out.finish({});
+  std::string text = w.all();
+  CHECK(text.starts_with("model,context_tokens\nm,0\nm,1\n"));
+  CHECK(text.ends_with("m,19999\n"));
+  CHECK(static_cast<std::uint64_t>(std::count(text.begin(), text.end(), '\n')) == rows + 1);
+}
+
+TEST_CASE("table output: a growing table takes its headers from the first row holding a key, "
+          "whole tables and text follow in order",
+          "[report][output]") {
+  Written w;
+  Output out(Format::table, ByteUnits::iec, "simulate", w.writer());
+  Output::TableId t = out.begin_table("Runs", {{"model"}, {"ttft_s.p50", "TTFT"}, {"done"}});
+  out.begin_list("runs");
+  for (Record& r : two_runs()) {
+    out.item(r);
+  }
+  out.end_list();
+  out.note(t, "a note");
+  Table after;
+  after.columns = {{"x", "x"}};
+  after.rows = {{Cell::count(1234)}};
+  out.table(after);
+  out.text_after("explained");
+  out.finish({"said elsewhere"});
+  CHECK(w.all() == "Runs\n"
+                   "  model     TTFT          done\n"
+                   "  a      1.500 s             3\n"
+                   "  b      2.500 s  does not fit\n"
+                   "a note\n"
+                   "\n"
+                   "      x\n"
+                   "  1,234\n"
+                   "explained\n");
+}
+
+TEST_CASE("Markdown output: the same tables, and text after them fenced", "[report][output]") {
+  Written w;
+  Output out(Format::md, ByteUnits::iec, "footprint", w.writer());
+  Output::TableId t = out.begin_table("", {{"model"}, {"done"}});
+  out.begin_list("runs");
+  for (Record& r : two_runs()) {
+    out.item(r);
+  }
+  out.end_list();
+  out.note(t, "a | b");
+  out.text_after("line");
+  out.finish({});
+  CHECK(w.all() == "| model | done |\n"
+                   "| --- | ---: |\n"
+                   "| a | 3 |\n"
+                   "| b | does not fit |\n"
+                   "\n"
+                   "a | b  \n"
+                   "\n```\nline\n```\n");
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -44,12 +45,21 @@ public:
 
   /// Serialized with `indent` spaces per level (0: one line), ending without a newline.
   [[nodiscard]] std::string dump(int indent = 2) const;
+  /// Serialized as dump() does, appended to `out` as a value nested `depth` levels deep.
+  void write(std::string& out, int indent, int depth) const;
 
 private:
-  void write(std::string& out, int indent, int depth) const;
   std::variant<std::nullptr_t, bool, std::int64_t, std::uint64_t, double, std::string, Array,
                Object>
       m_value = nullptr;
 };
+
+/// The serializer's pieces, for writers that stream records (record.hpp, output.hpp) in the same
+/// text as Json::dump.
+void append_json_string(std::string& out, std::string_view s);
+/// A finite number as its shortest round-trip text; NaN and infinities as null.
+void append_json_number(std::string& out, double v);
+/// A line break and `indent` × `depth` spaces; nothing when `indent` is 0.
+void append_json_newline(std::string& out, int indent, int depth);
 
 } // namespace kvcalc::report

@@ -4,12 +4,11 @@
 /// nesting from the records; a table or the CSV takes the columns a view names by key. Every
 /// format therefore shows the same numbers, and no renderer computes one.
 
-#include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <kvcalc/report/json.hpp>
 #include <kvcalc/report/table.hpp>
 
 namespace kvcalc::report {
@@ -23,6 +22,8 @@ inline constexpr Shown k_everywhere{true, true};
 inline constexpr Shown k_json_only{true, false};
 inline constexpr Shown k_tables_only{false, true};
 
+/// Records move and are never copied: a command describes a result once, hands the record to
+/// its output, and drops it.
 class Record {
 public:
   enum class Kind { value, values, object, list };
@@ -31,10 +32,19 @@ public:
     std::string header; ///< for people; empty where no table shows it
     Shown shown;
     Kind kind = Kind::value;
-    Cell cell;                   ///< a value
-    std::vector<Cell> items;     ///< values (JSON an array)
-    std::vector<Record> records; ///< an object (one record) or a list
+    Cell cell;               ///< a value
+    std::vector<Cell> items; ///< values (JSON an array)
+    /// An object (one record) or a list. Held apart so that a reference to it stays valid while
+    /// the parent grows.
+    std::unique_ptr<std::vector<Record>> records;
   };
+
+  Record() = default;
+  Record(Record&&) noexcept = default;
+  Record& operator=(Record&&) noexcept = default;
+  Record(const Record&) = delete;
+  Record& operator=(const Record&) = delete;
+  ~Record() = default;
 
   /// A value with its column header.
   Record& value(std::string key, std::string header, Cell cell, Shown shown = k_everywhere);
@@ -60,15 +70,13 @@ public:
   [[nodiscard]] const Entry* column(std::string_view key) const;
   /// The cell of value `key`, or an empty one.
   [[nodiscard]] Cell cell(std::string_view key) const;
+  /// The records of object or list `key` (an internal error when it is missing).
   [[nodiscard]] const std::vector<Record>& records(std::string_view key) const;
-  [[nodiscard]] const std::deque<Entry>& entries() const { return m_entries; }
-
-  /// The JSON object of the entries shown in JSON, in their order.
-  [[nodiscard]] Json json() const;
+  [[nodiscard]] const std::vector<Entry>& entries() const { return m_entries; }
 
 private:
-  friend std::vector<Record> joined(const Record& parent, std::string_view key);
-  std::deque<Entry> m_entries; ///< a deque: adding an entry moves none of the others
+  Entry& add(std::string key, Shown shown, Kind kind);
+  std::vector<Entry> m_entries;
 };
 
 /// A column of a view: the key of a value entry (dotted into nested objects), a header for
@@ -80,24 +88,64 @@ struct ColumnRef {
   std::string name = "";
 };
 
-/// A table of `rows`, one row per record, one column per `columns` entry; a row without the key
-/// shows an empty cell. Headers come from the first row that has the key.
-[[nodiscard]] Table table_of(const std::vector<Record>& rows,
-                             const std::vector<ColumnRef>& columns);
-[[nodiscard]] Table table_of(const std::vector<const Record*>& rows,
-                             const std::vector<ColumnRef>& columns);
+/// One row of a view: a record, and the parent whose values it lacks (joined rows).
+class Row {
+public:
+  explicit Row(const Record& record, const Record* parent = nullptr)
+      : m_record(&record), m_parent(parent) {}
+  /// The value entry column `key` shows in this row, or none.
+  [[nodiscard]] const Record::Entry* column(std::string_view key) const;
+
+private:
+  const Record* m_record;
+  const Record* m_parent;
+};
+
+/// Calls `each(row)` for every row a view takes from `record`: the record itself, or, when
+/// `joined` names one of its lists, one row per record of that list, holding the child's values
+/// and then the parent's that the child does not name (a model's fields on each of its contexts).
+/// A record without that list gives no row.
+template <class F> void for_each_row(const Record& record, std::string_view joined, F&& each) {
+  if (joined.empty()) {
+    each(Row(record));
+    return;
+  }
+  if (const Record::Entry* list = record.find(joined); list && list->records) {
+    for (const Record& child : *list->records) {
+      each(Row(child, &record));
+    }
+  }
+}
+
+/// The header of each column: its own, else that of the first row that has the key.
+/// Filled row by row as a table grows (report/output.hpp), or at once by table_of.
+class Headers {
+public:
+  explicit Headers(const std::vector<ColumnRef>& columns);
+  void see(const Row& row, const std::vector<ColumnRef>& columns);
+  [[nodiscard]] std::vector<Column> columns(const std::vector<ColumnRef>& columns) const;
+
+private:
+  std::vector<std::string> m_headers;
+  std::vector<bool> m_known;
+};
+
+/// A table of the rows each of `records` gives (for_each_row), one column per `columns` entry; a
+/// row without the key shows an empty cell.
+[[nodiscard]] Table table_of(const std::vector<Record>& records,
+                             const std::vector<ColumnRef>& columns, std::string_view joined = {});
+[[nodiscard]] Table table_of(const std::vector<const Record*>& records,
+                             const std::vector<ColumnRef>& columns, std::string_view joined = {});
 
 /// A table of one record turned on its side: a row per key of `keys` (dotted into nested objects)
 /// that holds a value, its header beside its cell (a device's probes, a rate per row).
 [[nodiscard]] Table fields_of(const Record& record, const std::vector<std::string>& keys,
                               Column name_column, Column value_column);
 
-/// One record per record of `parent`'s list `key`, holding the child's entries and then the
-/// parent's that the child does not name: the rows of a flat CSV (a model's fields on each of
-/// its contexts, a kernel's on each of its phases).
-[[nodiscard]] std::vector<Record> joined(const Record& parent, std::string_view key);
-
-/// A JSON array of records.
-[[nodiscard]] Json json_of(const std::vector<Record>& rows);
+/// The JSON text of a record's entries shown in JSON, in their order, with `indent` spaces a
+/// level (0: one line), starting at nesting `depth`; appended to `out`.
+void write_json(std::string& out, const Record& record, int indent = 2, int depth = 0);
+/// The JSON text of a record.
+[[nodiscard]] std::string json_text(const Record& record, int indent = 2);
 
 } // namespace kvcalc::report

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -86,10 +87,32 @@ struct Table {
 /// One cell as people read it.
 [[nodiscard]] std::string format_cell(const Cell& cell, ByteUnits units);
 
+/// A table as people read it, every cell formatted: what a table that grows row by row keeps
+/// (report/output.hpp).
+struct TextTable {
+  std::string title;
+  std::vector<std::string> headers; ///< one per column
+  std::vector<bool> figures;        ///< per column: some cell is a figure (right-aligned)
+  std::vector<std::string> cells;   ///< row after row, headers.size() each
+  std::vector<std::string> notes;
+
+  /// An empty table of `columns` columns (their headers may come later).
+  explicit TextTable(std::size_t columns = 0) : headers(columns), figures(columns, false) {}
+  /// Appends one row's cells, formatted.
+  void add_row(const std::vector<Cell>& row, ByteUnits units);
+  /// Appends the next cell of the row being added: column `column`.
+  void add_cell(std::size_t column, const Cell& cell, ByteUnits units);
+};
+
+/// A table formatted for people.
+[[nodiscard]] TextTable text_table(const Table& table, ByteUnits units);
+
 /// Aligned plain-text tables separated by blank lines.
+[[nodiscard]] std::string render_text(const std::vector<TextTable>& tables);
 [[nodiscard]] std::string render_text(const std::vector<Table>& tables, ByteUnits units);
 
 /// GitHub-flavoured Markdown tables.
+[[nodiscard]] std::string render_markdown(const std::vector<TextTable>& tables);
 [[nodiscard]] std::string render_markdown(const std::vector<Table>& tables, ByteUnits units);
 
 /// A derivation's lines as people read them: counts with grouped digits (4,096), bytes with
@@ -98,5 +121,9 @@ struct Table {
 
 /// RFC 4180 CSV of one table: header of column keys, exact raw values.
 [[nodiscard]] std::string render_csv(const Table& table);
+/// One CSV field: a cell's exact raw value, quoted where it must be (empty for no value).
+void append_csv_field(std::string& out, const Cell& cell);
+/// One CSV field of text, quoted where it must be.
+void append_csv_text(std::string& out, std::string_view text);
 
 } // namespace kvcalc::report
