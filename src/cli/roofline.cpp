@@ -304,9 +304,11 @@ std::vector<RooflineRequest> base_requests(const RooflineArgs& args, const Roofl
   return out;
 }
 
-/// Calls `each(request)` for every scenario of the sweep, in order: each model on each GPU and
-/// tp, each --mla mode (MLA models), context and batch. One request is filled in place: a
-/// scenario copies no model.
+/// Calls `each(roofline, request)` for every scenario of the sweep, in order: each model on
+/// each GPU and tp, each --mla mode (MLA models), context and batch. Each deployment is
+/// prepared once (Roofline); one request is filled in place, so a scenario copies no model.
+/// With `prepare` false, no deployment is prepared and `each` takes the request alone (the
+/// count of the sweep).
 template <class F>
 void for_each_scenario(const RooflineArgs& args, const RooflineInputs& in,
                        const std::vector<Model>& models, F each) {
@@ -314,12 +316,21 @@ void for_each_scenario(const RooflineArgs& args, const RooflineInputs& in,
     bool mla = req.model.attention.kind == AttentionKind::mla;
     for (MlaMode mode : mla ? args.mla : std::vector<MlaMode>{MlaMode::automatic}) {
       req.mla = mode;
+      std::optional<Roofline> roofline;
       for (u64 c : in.contexts) {
         req.context = c;
         for (u64 b : args.batches_per_gpu.value_or(args.batches)) {
           req.batch =
               args.batches_per_gpu ? checked_mul(b, req.parallel.tp, "--batch-per-gpu × tp") : b;
-          each(std::as_const(req));
+          if constexpr (std::is_invocable_v<F, const Roofline&, const RooflineRequest&>) {
+            if (!roofline) {
+              check_request(req); // as compute_roofline checks: the first step's sizes first
+              roofline.emplace(req);
+            }
+            each(std::as_const(*roofline), std::as_const(req));
+          } else {
+            each(std::as_const(req));
+          }
         }
       }
     }
@@ -405,14 +416,13 @@ Record describe_op(const Op& o, double step_s) {
 
 /// One step: the deployment, the step's shape on each GPU, every op (when `with_ops`: the view
 /// reads them) and the totals.
-Record describe_step(const Scenario& s, bool with_ops) {
+Record describe_step(const Scenario& s, const kv::Deployment& dep, bool with_ops) {
   const RooflineRequest& q = s.request;
   const RooflineResult& res = s.result;
   bool mla = q.model.attention.kind == AttentionKind::mla;
   Record r;
   r.value("model", "model", Cell::text(q.model.name));
   r.value("gpu", "gpu", Cell::text(q.gpu.name));
-  kv::Deployment dep = resolve_deployment(q.model, q.parallel, q.weight_dtype);
   r.value("gpus", "gpus", Cell::count(res.gpus));
   r.value("tp", "tp", Cell::count(q.parallel.tp));
   r.value("ep", Cell::count(dep.parallel.ep));
@@ -494,7 +504,8 @@ void render_crossovers(CommandOutput& out, const std::vector<Crossover>& crossov
 
 /// --explain: each collective with the links it crosses, its bytes, α and β; the pipeline and
 /// the overlap.
-std::vector<std::string> explain_step(const Scenario& s, ByteUnits units) {
+std::vector<std::string> explain_step(const Scenario& s, const kv::Deployment& dep,
+                                      ByteUnits units) {
   const RooflineRequest& q = s.request;
   const RooflineResult& res = s.result;
   const Topology& links = q.rates.links;
@@ -517,7 +528,6 @@ std::vector<std::string> explain_step(const Scenario& s, ByteUnits units) {
     return line + ", α " + sec(c.latency_s) + " ⇒ " + sec(c.time_s);
   };
   std::vector<std::string> out;
-  kv::Deployment dep = resolve_deployment(q.model, q.parallel, q.weight_dtype);
   std::string layout = "tp " + group_digits(q.parallel.tp) + ", pp " + group_digits(q.parallel.pp) +
                        ", ep " + group_digits(dep.parallel.ep);
   if (dep.parallel.dp_attention) {
@@ -599,8 +609,9 @@ bool stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineIn
   }
   bool all_fit = true;
   bool first = true;
-  for_each_scenario(args, in, models, [&](const RooflineRequest& q) {
-    RooflineResult result = compute_roofline(q);
+  RooflineResult result; // one buffer for every scenario
+  for_each_scenario(args, in, models, [&](const Roofline& roofline, const RooflineRequest& q) {
+    roofline.step(q, result);
     Scenario s{q, result};
     out.warnings.insert(out.warnings.end(), result.notes.begin(), result.notes.end());
     all_fit = all_fit && result.weights_fit;
@@ -616,10 +627,11 @@ bool stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineIn
     if (plot) {
       plot->add(s);
     }
-    Record described = describe_step(s, out->format() == Format::json || op_tables);
+    Record described =
+        describe_step(s, roofline.deployment(), out->format() == Format::json || op_tables);
     out->item(described);
     if (args.explain && out->for_people()) {
-      for (std::string& line : explain_step(s, args.output.units)) {
+      for (std::string& line : explain_step(s, roofline.deployment(), args.output.units)) {
         out->text_after(std::move(line));
       }
     }

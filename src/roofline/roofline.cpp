@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
@@ -83,33 +84,42 @@ double peak_of(const PeakFlops& f, DType dtype) {
   return pick.value_or(0);
 }
 
-/// Collects the ops of one step with their names, rates and bounds.
+/// An op's time on the roofline: its FLOPs at the peak of its dtype and its bytes at the
+/// bandwidth, the longer of the two bounding it (docs/formulas.md §11).
+struct OpTime {
+  double compute_s = 0;
+  double memory_s = 0;
+  [[nodiscard]] double time_s() const { return std::max(compute_s, memory_s); }
+};
+
+OpTime op_time(double flops, double bytes, double peak, double bandwidth) {
+  return {peak > 0 ? flops / peak : 0, bytes / bandwidth};
+}
+
+/// Collects the ops of one step with their names, rates and bounds, into `out` from its start;
+/// the ops it holds beyond are left for the caller to drop, their buffers reused meanwhile.
 class OpSink {
 public:
-  OpSink(const RooflineRequest& req, std::vector<Op>& out, const char* prefix)
-      : m_req(req), m_out(out), m_prefix(prefix) {}
+  OpSink(const DeviceRates& rates, std::vector<Op>& out, std::size_t first, const char* prefix)
+      : m_rates(rates), m_out(out), m_next(first), m_prefix(prefix) {}
 
   void add(const char* name, DType dtype, double flops, double weights, double activations,
            double kv, const char* variant = "") {
-    Op op;
-    op.name = m_prefix + name;
-    op.dtype = std::string(dtype_name(dtype));
+    Op& op = next(name, dtype);
     op.flops = flops;
     op.weight_bytes = weights;
     op.activation_bytes = activations;
     op.kv_bytes = kv;
     op.bytes = weights + activations + kv;
     op.variant = variant;
-    double peak = peak_of(m_req.rates.flops_per_s, dtype);
+    double peak = peak_of(m_rates.flops_per_s, dtype);
     op.peak_flops = peak;
     op.intensity = op.bytes > 0 ? op.flops / op.bytes : 0;
-    double bw = m_req.rates.bandwidth_bytes_per_s;
+    double bw = m_rates.bandwidth_bytes_per_s;
     op.attainable = std::min(peak, op.intensity * bw);
-    double compute = peak > 0 ? flops / peak : 0;
-    double memory = op.bytes / bw;
-    op.compute_bound = compute > memory;
-    op.time_s = std::max(compute, memory);
-    m_out.push_back(std::move(op));
+    OpTime t = op_time(flops, op.bytes, peak, bw);
+    op.compute_bound = t.compute_s > t.memory_s;
+    op.time_s = t.time_s();
   }
 
   /// `count` collectives `c` of the step (one per layer, say).
@@ -117,22 +127,43 @@ public:
     if (count <= 0 || c.time_s <= 0) {
       return;
     }
-    Op op;
-    op.name = m_prefix + name;
-    op.dtype = std::string(dtype_name(dtype));
+    Op& op = next(name, dtype);
     op.activation_bytes = (c.up_bytes + c.out_bytes) * count;
     op.bytes = op.activation_bytes;
     op.communication = true;
     op.time_s = c.time_s * count;
     op.collective = c;
     op.collectives = count;
-    m_out.push_back(std::move(op));
   }
 
+  /// Where the next op would go: the ops written end before it.
+  [[nodiscard]] std::size_t end() const { return m_next; }
+
 private:
-  const RooflineRequest& m_req;
+  /// The next op, reset to its name and dtype.
+  Op& next(const char* name, DType dtype) {
+    if (m_next == m_out.size()) {
+      m_out.emplace_back();
+    }
+    Op& op = m_out[m_next++];
+    std::string kept_name = std::move(op.name);
+    std::string kept_dtype = std::move(op.dtype);
+    std::string kept_variant = std::move(op.variant);
+    op = Op{};
+    op.name = std::move(kept_name);
+    op.dtype = std::move(kept_dtype);
+    op.variant = std::move(kept_variant);
+    op.name.assign(m_prefix);
+    op.name += name;
+    op.dtype.assign(dtype_name(dtype));
+    op.variant.clear();
+    return op;
+  }
+
+  const DeviceRates& m_rates;
   std::vector<Op>& m_out;
-  std::string m_prefix;
+  std::size_t m_next;
+  const char* m_prefix;
 };
 
 /// Sums the time of the ops of one step, allocating nothing (the simulator's path).
@@ -142,10 +173,9 @@ public:
 
   void add(const char* /*name*/, DType dtype, double flops, double weights, double activations,
            double kv, const char* /*variant*/ = "") {
-    double peak = peak_of(m_rates.flops_per_s, dtype);
-    double compute = peak > 0 ? flops / peak : 0;
-    double memory = (weights + activations + kv) / m_rates.bandwidth_bytes_per_s;
-    m_compute += std::max(compute, memory);
+    m_compute += op_time(flops, weights + activations + kv, peak_of(m_rates.flops_per_s, dtype),
+                         m_rates.bandwidth_bytes_per_s)
+                     .time_s();
   }
 
   void collective(const char* /*name*/, DType /*dtype*/, const Collective& c, double count) {
@@ -206,7 +236,7 @@ void repeat(Op& o, double times) {
 
 /// Marks what the step's overlap hides: with two-batch overlap the shorter of compute and
 /// communication runs under the longer; without, every op is on the critical path.
-void expose(std::vector<Op>& ops, Overlap overlap) {
+void expose(std::span<Op> ops, Overlap overlap) {
   double compute = 0;
   double communication = 0;
   for (const Op& o : ops) {
@@ -228,63 +258,63 @@ MlaMode resolve_mla_mode(MlaMode requested, Phase phase, u64 s) {
   return s <= 128 && phase != Phase::prefill ? MlaMode::absorbed : MlaMode::naive;
 }
 
-StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft(draft) {
-  const Model& m = req.model;
-  if (req.parallel.dcp > 1) {
-    throw InputError("the roofline does not model decode context parallel (--dcp); its step "
-                     "would be priced as without it");
-  }
-  Deployment deployment = resolve_deployment(m, req.parallel, req.weight_dtype);
+namespace {
+
+/// Each GPU's own share: an attention group of attention_tp GPUs runs its sequences and the
+/// dense parts on their tokens; experts take the tokens of every copy their group serves.
+StepShape::Split split_of(const Deployment& deployment, const Topology& links) {
   const Parallelism& par = deployment.parallel;
-  u64 attention_tp = deployment.attention_tp;
-  if (!(req.expert_imbalance >= 1 && req.expert_imbalance <= 64)) {
-    throw InputError("--expert-imbalance is the busiest GPU's token-expert pairs over the mean: "
-                     "from 1 (balanced) to 64");
-  }
-  m_mla = has_attention(m) && m.attention.kind == AttentionKind::mla;
-  // Each GPU's own share: an attention group of attention_tp GPUs runs its sequences and the
-  // dense parts on their tokens; experts take the tokens of every copy their group serves.
-  m_tp = d(par.tp);
-  m_attention_tp = d(attention_tp);
-  m_attention_share = m_attention_tp / m_tp;
-  m_ep = d(par.ep);
-  m_expert_tp = d(deployment.expert_tp);
-  m_experts_local = d(deployment.experts_per_rank);
-  m_expert_copies = par.ep > par.tp ? d(par.ep) / d(par.tp) : 1.0;
-  m_all_to_all = deployment.expert_all_to_all;
-  m_domain_copy = par.tp * par.pp;
+  StepShape::Split x;
+  x.tp = d(par.tp);
+  x.attention_tp = d(deployment.attention_tp);
+  x.attention_share = x.attention_tp / x.tp;
+  x.ep = d(par.ep);
+  x.expert_tp = d(deployment.expert_tp);
+  x.experts_local = d(deployment.experts_per_rank);
+  x.expert_copies = par.ep > par.tp ? d(par.ep) / d(par.tp) : 1.0;
+  x.all_to_all = deployment.expert_all_to_all;
+  x.domain_copy = par.tp * par.pp;
   // Copies are placed whole, one after another: an expert group of one stage takes tp GPUs
   // from each of ep / tp copies, so under pp a domain holds the stage's GPUs of the
   // ⌊D / (tp·pp)⌋ copies in it; a group that fits them stays inside, a larger one spans domains
   // of that many (or, where a copy is larger than a domain, of the stage's GPUs in one).
-  u64 domain = req.rates.links.domain;
+  u64 domain = links.domain;
   if (domain == 0 || par.pp == 1) {
-    m_expert_local = group_in_domain(req.rates.links, par.ep);
+    x.expert_local = group_in_domain(links, par.ep);
   } else {
     u64 per_domain =
-        m_domain_copy <= domain ? par.tp * (domain / m_domain_copy) : std::gcd(par.tp, domain);
-    m_expert_local = par.ep <= per_domain ? par.ep : std::gcd(par.ep, per_domain);
+        x.domain_copy <= domain ? par.tp * (domain / x.domain_copy) : std::gcd(par.tp, domain);
+    x.expert_local = par.ep <= per_domain ? par.ep : std::gcd(par.ep, per_domain);
   }
+  return x;
+}
 
-  // This GPU: ⌈layers / pp⌉ layers, its share of heads and states; the cache as it holds it.
+/// This GPU's stage: ⌈layers / pp⌉ layers, and what mixes tokens and feeds forward in them.
+StepShape::Layers layers_of(const Model& m, u64 pp) {
+  StepShape::Layers x;
+  x.stage = ceil_div(m.layers, pp);
+  for (u64 i = 0; i < x.stage; ++i) {
+    x.mixers += m.layer_types[i] == LayerType::none ? 0 : 1;
+    x.dense += m.ffn_types[i] == FfnType::dense ? 1 : 0;
+    x.moe += m.ffn_types[i] == FfnType::moe ? 1 : 0;
+  }
+  return x;
+}
+
+/// The cache as this GPU holds it, by kind: attention kinds, the DSA indexer and the states.
+void place_cache(StepShape& shape, const Model& m, const RooflineRequest& req, u64 attention_tp,
+                 u64 pp) {
   CacheLayout layout;
   layout.cache = req.cache;
   layout.attention_tp = attention_tp;
-  layout.pp = par.pp;
-  std::vector<CacheGroup> groups = cache_groups(m, layout);
-  m_stage = ceil_div(m.layers, par.pp);
-  for (u64 i = 0; i < m_stage; ++i) {
-    m_mixers += m.layer_types[i] == LayerType::none ? 0 : 1;
-    m_dense += m.ffn_types[i] == FfnType::dense ? 1 : 0;
-    m_moe += m.ffn_types[i] == FfnType::moe ? 1 : 0;
-  }
-  for (const auto& g : groups) {
+  layout.pp = pp;
+  for (const auto& g : cache_groups(m, layout)) {
     const CacheSpec& spec = g.spec;
     switch (spec.kind) {
     case CacheKind::full:
     case CacheKind::sliding:
     case CacheKind::chunked: {
-      Kind& k = m_kinds[static_cast<std::size_t>(spec.kind)];
+      AttentionKindShape& k = shape.kinds[static_cast<std::size_t>(spec.kind)];
       k.layers = d(g.layers + g.shared_layers);
       k.stored = d(g.layers);
       k.window = d(spec.window);
@@ -293,14 +323,14 @@ StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft
       break;
     }
     case CacheKind::indexer:
-      m_index_layers = d(g.layers);
-      m_index_rate = d(spec.bytes_per_token);
+      shape.indexer.layers = d(g.layers);
+      shape.indexer.rate = d(spec.bytes_per_token);
       break;
     case CacheKind::state:
-      m_state_layers = d(g.layers);
-      m_state_bytes = d(spec.state_bytes);
+      shape.state.layers = d(g.layers);
+      shape.state.bytes = d(spec.state_bytes);
       for (const auto& t : spec.state) {
-        m_state_elements += d(t.elements());
+        shape.state.elements += d(t.elements());
       }
       break;
     }
@@ -308,21 +338,27 @@ StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft
   double topk = 0; // DSA: tokens each query attends
   if (m.indexer) {
     topk = d(m.indexer->topk);
-    m_index_heads = d(m.indexer->heads);
-    m_index_dim = d(m.indexer->head_dim);
+    shape.indexer.heads = d(m.indexer->heads);
+    shape.indexer.head_dim = d(m.indexer->head_dim);
   }
   // A window or chunk caps what a layer holds and attends; DSA's full layers attend only the
   // top-k tokens their indexer picks.
-  for (std::size_t k = 0; k < m_kinds.size(); ++k) {
-    m_kinds[k].cap = m_kinds[k].window > 0 ? m_kinds[k].window : topk;
-    if (m_kinds[k].layers > 0) {
-      m_present[m_present_count++] = k;
+  for (std::size_t k = 0; k < shape.kinds.size(); ++k) {
+    shape.kinds[k].cap = shape.kinds[k].window > 0 ? shape.kinds[k].window : topk;
+    if (shape.kinds[k].layers > 0) {
+      shape.present[shape.present_count++] = k;
     }
   }
-  m_w = d(dtype_storage_bytes(m.dtype, 1024)) / 1024;
-  // How each matrix is stored, by its name in the parameter count (docs/formulas.md §9): the
-  // checkpoint's own layout, or --weight-dtype over what it quantizes.
-  auto format = [&](std::string_view name) {
+}
+
+/// How each matrix is stored, by its name in the parameter count (docs/formulas.md §9): the
+/// checkpoint's own layout, or --weight-dtype over what it quantizes.
+class MatrixFormats {
+public:
+  MatrixFormats(const Model& m, std::optional<DType> weight_dtype)
+      : m_model(m), m_weight_dtype(weight_dtype) {}
+
+  [[nodiscard]] WeightFormat format(std::string_view name) const {
     TensorGroup tg{std::string(name),
                    1,
                    1,
@@ -330,112 +366,184 @@ StepCost::StepCost(const RooflineRequest& req, bool draft) : m_req(req), m_draft
                    name.starts_with("moe.experts") ? TensorPlace::expert : TensorPlace::layer,
                    true,
                    false};
-    return tensor_format(m, tg, req.weight_dtype);
-  };
-  auto linear_bytes = [&](std::string_view name, u64 rows, u64 cols) {
+    return tensor_format(m_model, tg, m_weight_dtype);
+  }
+  /// Bytes of a `rows` × `cols` matrix named `name`, scales included.
+  [[nodiscard]] double bytes(std::string_view name, u64 rows, u64 cols) const {
     return d(format(name).bytes(rows, cols));
-  };
-  // Matmuls run in the weights' dtype where a low-precision unit exists (fp8 GEMMs);
-  // 4-bit and int8 weight-only formats dequantize to the activation dtype.
-  m_attn_math = format("attention.o_proj").math_dtype(m.dtype);
-  m_expert_math = format("moe.experts.down_proj").math_dtype(m.dtype);
-  auto geometry = [&](const Attention& a, double layers) {
-    Geometry g;
-    g.layers = layers;
-    g.heads = d(a.heads) / d(attention_tp);
-    g.kv_heads = std::max(1.0, std::floor(d(a.kv_heads) / d(attention_tp)));
-    g.head_dim = d(a.head_dim);
-    g.v_head_dim = d(a.v_head_dim);
-    g.v_width = g.heads * g.v_head_dim;
-    if (a.kind != AttentionKind::mla) {
-      double q = g.heads * g.head_dim * (a.output_gate ? 2 : 1);
-      g.qkv_out = q + g.kv_heads * (g.head_dim + g.v_head_dim);
-      g.w_qkv = linear_bytes("attention.q_proj", static_cast<u64>(g.qkv_out), m.hidden_size);
-    }
-    g.w_o =
-        linear_bytes("attention.o_proj", m.hidden_size, static_cast<u64>(std::max(1.0, g.v_width)));
-    return g;
-  };
-  const Kind& sliding = m_kinds[static_cast<std::size_t>(CacheKind::sliding)];
+  }
+
+private:
+  const Model& m_model;
+  std::optional<DType> m_weight_dtype;
+};
+
+AttentionGeometry geometry_of(const Attention& a, double layers, u64 attention_tp, u64 hidden,
+                              const MatrixFormats& formats) {
+  AttentionGeometry g;
+  g.layers = layers;
+  g.heads = d(a.heads) / d(attention_tp);
+  g.kv_heads = std::max(1.0, std::floor(d(a.kv_heads) / d(attention_tp)));
+  g.head_dim = d(a.head_dim);
+  g.v_head_dim = d(a.v_head_dim);
+  g.v_width = g.heads * g.v_head_dim;
+  if (a.kind != AttentionKind::mla) {
+    double q = g.heads * g.head_dim * (a.output_gate ? 2 : 1);
+    g.qkv_out = q + g.kv_heads * (g.head_dim + g.v_head_dim);
+    g.w_qkv = formats.bytes("attention.q_proj", static_cast<u64>(g.qkv_out), hidden);
+  }
+  g.w_o = formats.bytes("attention.o_proj", hidden, static_cast<u64>(std::max(1.0, g.v_width)));
+  return g;
+}
+
+/// The attention geometries: the main one, and the sliding layers' own where the model has it.
+void place_attention(StepShape& shape, const Model& m, u64 attention_tp,
+                     const MatrixFormats& formats) {
+  if (!has_attention(m)) {
+    return;
+  }
   double main_layers = 0;
-  for (const Kind& k : m_kinds) {
+  for (const AttentionKindShape& k : shape.kinds) {
     main_layers += k.sliding_geometry ? 0 : k.layers;
   }
-  if (has_attention(m)) {
-    m_main = geometry(m.attention, main_layers);
-    if (sliding.sliding_geometry) {
-      m_sliding = geometry(*m.sliding_attention, sliding.layers);
+  shape.main = geometry_of(m.attention, main_layers, attention_tp, m.hidden_size, formats);
+  const AttentionKindShape& sliding = shape.kinds[static_cast<std::size_t>(CacheKind::sliding)];
+  if (sliding.sliding_geometry) {
+    shape.sliding =
+        geometry_of(*m.sliding_attention, sliding.layers, attention_tp, m.hidden_size, formats);
+  }
+}
+
+StepShape::Mla mla_of(const Model& m, double heads, const MatrixFormats& formats) {
+  const MlaDims& md = m.attention.mla;
+  StepShape::Mla x;
+  double qk = d(md.qk_nope_head_dim + md.qk_rope_head_dim);
+  u64 q_out = static_cast<u64>(heads * qk);
+  x.q_out = d(q_out);
+  if (md.q_lora_rank > 0) {
+    x.w_q_down = formats.bytes("attention.q_a_proj", md.q_lora_rank, m.hidden_size);
+    x.w_q_up = formats.bytes("attention.q_b_proj", q_out, md.q_lora_rank);
+  } else {
+    x.w_q = formats.bytes("attention.q_proj", q_out, m.hidden_size);
+  }
+  x.w_kv_down = formats.bytes("attention.kv_a_proj_with_mqa", md.kv_lora_rank + md.qk_rope_head_dim,
+                              m.hidden_size);
+  double absorb_weights =
+      d(static_cast<u64>(heads)) * d(md.kv_lora_rank) * d(md.qk_nope_head_dim + md.v_head_dim);
+  x.w_absorb = absorb_weights * d(dtype_storage_bytes(m.dtype, 1024)) / 1024;
+  return x;
+}
+
+StepShape::FeedForward feed_forward_of(const Model& m, const StepShape& shape,
+                                       std::optional<DType> dispatch_dtype, DType& dispatch,
+                                       const MatrixFormats& formats) {
+  StepShape::FeedForward x;
+  double attention_tp = shape.split.attention_tp;
+  if (shape.layers.dense > 0) {
+    x.mlp_width = d(m.mlp.intermediate_size) / attention_tp;
+    x.w_mlp =
+        formats.bytes("mlp.down_proj", m.hidden_size, static_cast<u64>(std::max(1.0, x.mlp_width)));
+  }
+  if (m.moe && shape.layers.moe > 0) {
+    const Moe& e = *m.moe;
+    x.w_expert = formats.bytes("moe.experts.down_proj", e.expert_intermediate_size, m.hidden_size);
+    // Dispatch sends fp8 with a scale per 128 values where the experts compute in fp8
+    // (DeepEP); combine returns the activation dtype.
+    dispatch = dispatch_dtype.value_or(shape.math.expert);
+    bool fp8 = dispatch == DType::fp8_e4m3 || dispatch == DType::fp8_e5m2;
+    x.dispatch_bytes = fp8 ? d(m.hidden_size) + 4 * d(ceil_div(m.hidden_size, 128))
+                           : d(dtype_storage_bytes(dispatch, m.hidden_size));
+    if (e.shared_expert_intermediate_size > 0) {
+      x.shared_width = d(e.shared_expert_intermediate_size) / attention_tp;
+      x.w_shared = formats.bytes("moe.shared_experts.down_proj", m.hidden_size,
+                                 static_cast<u64>(std::max(1.0, x.shared_width)));
     }
   }
-  if (m_mla) {
-    const Attention& a = m.attention;
-    const MlaDims& md = a.mla;
-    double qk = d(md.qk_nope_head_dim + md.qk_rope_head_dim);
-    u64 q_out = static_cast<u64>(m_main.heads * qk);
-    m_q_out = d(q_out);
-    if (md.q_lora_rank > 0) {
-      m_w_q_down = linear_bytes("attention.q_a_proj", md.q_lora_rank, m.hidden_size);
-      m_w_q_up = linear_bytes("attention.q_b_proj", q_out, md.q_lora_rank);
-    } else {
-      m_w_q = linear_bytes("attention.q_proj", q_out, m.hidden_size);
+  return x;
+}
+
+/// The weights the formulas do not place: recurrent layers' projections (their tensors in the
+/// parameter count) and a `params` override's remainder, split over tp and the stage like the
+/// blocks' other matrices.
+void place_other_weights(StepShape& shape, const Model& m, std::optional<DType> weight_dtype,
+                         u64 attention_tp) {
+  if (shape.state.layers == 0 && !m.params) {
+    return;
+  }
+  ParamCount params = count_params(m);
+  double stage_share = d(shape.layers.stage) / d(m.layers);
+  for (const TensorGroup& t : params.tensors) {
+    if (t.mtp) {
+      continue;
     }
-    m_w_kv_down = linear_bytes("attention.kv_a_proj_with_mqa",
-                               md.kv_lora_rank + md.qk_rope_head_dim, m.hidden_size);
+    double count = d(t.params());
+    double bytes = d(tensor_bytes(t, tensor_format(m, t, weight_dtype)));
+    double shards = t.rows > 1 ? d(attention_tp) : 1;
+    if (t.name.starts_with("state.")) {
+      shape.state.params += count / d(t.count) / shards;
+      shape.state.weights += bytes / d(t.count) / shards;
+    } else if (t.name == "params_override_remainder") {
+      shape.other.params = count * stage_share / shape.split.attention_tp;
+      shape.other.weights = bytes * stage_share / shape.split.attention_tp;
+    }
+  }
+}
+
+StepShape shape_of(const RooflineRequest& req, const Deployment& deployment) {
+  const Model& m = req.model;
+  const Parallelism& par = deployment.parallel;
+  u64 attention_tp = deployment.attention_tp;
+  StepShape shape;
+  shape.mla_model = has_attention(m) && m.attention.kind == AttentionKind::mla;
+  shape.split = split_of(deployment, req.rates.links);
+  shape.layers = layers_of(m, par.pp);
+  place_cache(shape, m, req, attention_tp, par.pp);
+  shape.activation_bytes = d(dtype_storage_bytes(m.dtype, 1024)) / 1024;
+  MatrixFormats formats(m, req.weight_dtype);
+  // Matmuls run in the weights' dtype where a low-precision unit exists (fp8 GEMMs);
+  // 4-bit and int8 weight-only formats dequantize to the activation dtype.
+  shape.math.attention = formats.format("attention.o_proj").math_dtype(m.dtype);
+  shape.math.expert = formats.format("moe.experts.down_proj").math_dtype(m.dtype);
+  place_attention(shape, m, attention_tp, formats);
+  if (shape.mla_model) {
     // W_UK and W_UV are used in the activation dtype whether folded into the query
     // (absorbed) or applied to the latent (naive): engines dequantize them once at load.
-    m_absorb_math = m.dtype;
-    double absorb_weights = d(static_cast<u64>(m_main.heads)) * d(md.kv_lora_rank) *
-                            d(md.qk_nope_head_dim + md.v_head_dim);
-    m_w_absorb = absorb_weights * d(dtype_storage_bytes(m.dtype, 1024)) / 1024;
+    shape.math.absorb = m.dtype;
+    shape.mla = mla_of(m, shape.main.heads, formats);
   }
   if (m.indexer) {
     u64 q_in = m.attention.mla.q_lora_rank ? m.attention.mla.q_lora_rank : m.hidden_size;
-    m_w_index =
+    shape.indexer.weights =
         d(dtype_storage_bytes(m.dtype, m.indexer->heads * m.indexer->head_dim * q_in)) +
         d(dtype_storage_bytes(m.dtype, (m.indexer->head_dim + m.indexer->heads) * m.hidden_size));
   }
-  if (m_dense > 0) {
-    m_mlp_width = d(m.mlp.intermediate_size) / m_attention_tp;
-    m_w_mlp =
-        linear_bytes("mlp.down_proj", m.hidden_size, static_cast<u64>(std::max(1.0, m_mlp_width)));
+  shape.ffn = feed_forward_of(m, shape, req.dispatch_dtype, shape.math.dispatch, formats);
+  place_other_weights(shape, m, req.weight_dtype, attention_tp);
+  return shape;
+}
+
+/// The checks of a request that hold for every step of it.
+Deployment checked_deployment(const RooflineRequest& req) {
+  if (req.parallel.dcp > 1) {
+    throw InputError("the roofline does not model decode context parallel (--dcp); its step "
+                     "would be priced as without it");
   }
-  if (m.moe && m_moe > 0) {
-    const Moe& e = *m.moe;
-    m_w_expert = linear_bytes("moe.experts.down_proj", e.expert_intermediate_size, m.hidden_size);
-    // Dispatch sends fp8 with a scale per 128 values where the experts compute in fp8
-    // (DeepEP); combine returns the activation dtype.
-    m_dispatch_dtype = req.dispatch_dtype.value_or(m_expert_math);
-    bool fp8 = m_dispatch_dtype == DType::fp8_e4m3 || m_dispatch_dtype == DType::fp8_e5m2;
-    m_dispatch_bytes = fp8 ? d(m.hidden_size) + 4 * d(ceil_div(m.hidden_size, 128))
-                           : d(dtype_storage_bytes(m_dispatch_dtype, m.hidden_size));
-    if (e.shared_expert_intermediate_size > 0) {
-      m_shared_width = d(e.shared_expert_intermediate_size) / m_attention_tp;
-      m_w_shared = linear_bytes("moe.shared_experts.down_proj", m.hidden_size,
-                                static_cast<u64>(std::max(1.0, m_shared_width)));
-    }
+  Deployment deployment = resolve_deployment(req.model, req.parallel, req.weight_dtype);
+  if (!(req.expert_imbalance >= 1 && req.expert_imbalance <= 64)) {
+    throw InputError("--expert-imbalance is the busiest GPU's token-expert pairs over the mean: "
+                     "from 1 (balanced) to 64");
   }
-  // The weights the formulas above do not place: recurrent layers' projections (their
-  // tensors in the parameter count) and a `params` override's remainder, split over tp and
-  // the stage like the blocks' other matrices.
-  if (m_state_layers > 0 || m.params) {
-    ParamCount params = count_params(m);
-    double stage_share = d(m_stage) / d(m.layers);
-    for (const TensorGroup& t : params.tensors) {
-      if (t.mtp) {
-        continue;
-      }
-      double count = d(t.params());
-      double bytes = d(tensor_bytes(t, tensor_format(m, t, req.weight_dtype)));
-      double shards = t.rows > 1 ? d(attention_tp) : 1;
-      if (t.name.starts_with("state.")) {
-        m_state_params += count / d(t.count) / shards;
-        m_w_state += bytes / d(t.count) / shards;
-      } else if (t.name == "params_override_remainder") {
-        m_other_params = count * stage_share / m_attention_tp;
-        m_w_other = bytes * stage_share / m_attention_tp;
-      }
-    }
-  }
+  return deployment;
+}
+
+} // namespace
+
+StepShape step_shape(const RooflineRequest& request) {
+  return shape_of(request, checked_deployment(request));
+}
+
+StepCost::StepCost(const RooflineRequest& req, bool draft)
+    : m_req(req), m_draft(draft), m_shape(step_shape(req)) {
 }
 
 void StepCost::add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies,
@@ -447,17 +555,17 @@ void StepCost::add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies
   load.logits += phase == Phase::decode ? copies * query : copies;
   load.attention_tokens += attention_copies * query;
   load.sequences += attention_copies;
-  bool absorbed = !m_mla || resolve_mla_mode(m_req.mla, phase, s) == MlaMode::absorbed;
+  bool absorbed = !m_shape.mla_model || resolve_mla_mode(m_req.mla, phase, s) == MlaMode::absorbed;
   AttentionLoad& path = absorbed ? load.absorbed : load.naive;
-  for (std::size_t i = 0; i < m_present_count; ++i) {
-    std::size_t k = m_present[i];
-    double cap = m_kinds[k].cap;
+  for (std::size_t i = 0; i < m_shape.present_count; ++i) {
+    std::size_t k = m_shape.present[i];
+    double cap = m_shape.kinds[k].cap;
     AttentionSums& sums = path.kinds[k];
     sums.query += attention_copies * query;
     sums.attended += attention_copies * query * (cap > 0 ? std::min(t_eff, cap) : t_eff);
     sums.held += attention_copies * (cap > 0 ? std::min(t, cap) : t);
   }
-  if (m_index_layers > 0) {
+  if (m_shape.indexer.layers > 0) {
     load.indexer.query += attention_copies * query;
     load.indexer.attended += attention_copies * query * t_eff;
     load.indexer.held += attention_copies * t;
@@ -466,80 +574,131 @@ void StepCost::add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies
 
 template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const {
   const Model& m = m_req.model;
-  const Attention& a = m.attention;
-  double n_attn = load.attention_tokens; // tokens of this GPU's attention group
-  double n = n_attn;                     // ...through its norms, dense MLP and shared experts
+  const StepShape& x = m_shape;
+  double n = load.attention_tokens; // tokens of this GPU's attention group
   double h = d(m.hidden_size);
-  double w = m_w;
-  double L = d(m_stage);
-  double La = m_main.layers + m_sliding.layers; // attention layers
+  double w = x.activation_bytes;
+  double L = d(x.layers.stage);
 
   // Norms and embedding lookups: memory traffic only.
   op.add("norms", m.dtype, 4 * n * h * d(m.norms_per_layer) * L, 0,
          2 * n * h * w * d(m.norms_per_layer) * L, 0);
+  projections(load, op);
+  indexer(load, op);
+  attention_core(load, op);
+  for (const AttentionGeometry* g : {&x.main, &x.sliding}) {
+    if (g->layers == 0) {
+      continue;
+    }
+    op.add(g == &x.sliding ? "attention.o_proj.sliding" : "attention.o_proj", x.math.attention,
+           2 * n * g->v_width * h * g->layers, g->w_o * g->layers,
+           n * (g->v_width + h) * w * g->layers, 0);
+  }
+  state_layers(load, op);
+  if (x.other.params > 0) {
+    op.add("layers.other", x.math.attention, 2 * n * x.other.params, x.other.weights, 0, 0);
+  }
+  if (m_draft) {
+    // The MTP module's own projection of [embedding; hidden] (2h → h) before its layer.
+    op.add("eh_proj", x.math.attention, 2 * n * 2 * h * h, 2 * h * h * w / x.split.attention_tp,
+           n * 3 * h * w, 0);
+  }
+  feed_forward(load, op);
+  if (m_req.communication && x.split.attention_tp > 1) {
+    // All-reduce of the attention group's hidden states after each token mixer and each
+    // feed-forward part (experts inside the group included).
+    double reduces = x.layers.mixers + x.layers.dense + (x.split.all_to_all ? 0 : x.layers.moe);
+    op.collective("tp.all_reduce", m.dtype,
+                  all_reduce(m_req.rates.links, static_cast<u64>(x.split.attention_tp), n * h * w),
+                  reduces);
+  }
+  // LM head: every new token in decode, the last token of each prompt in prefill/extend.
+  double vocab = d(m.vocab_size) / x.split.attention_tp;
+  double logits = load.logits * x.split.attention_share;
+  op.add("lm_head", m.dtype, 2 * logits * h * vocab, vocab * h * w, logits * (h * w + vocab * 4),
+         0);
+}
 
-  // Attention projections, per geometry.
-  if (m_mla) {
-    const MlaDims& md = a.mla;
-    double Lm = m_main.layers;
-    double heads = m_main.heads;
-    double q_out = m_q_out;
+/// The attention projections into queries, keys and values (MLA: the low-rank ones and the
+/// latent), their rotary embedding, and the KV written to the cache.
+template <class Sink> void StepCost::projections(const StepLoad& load, Sink& op) const {
+  const Model& m = m_req.model;
+  const StepShape& x = m_shape;
+  double n = load.attention_tokens;
+  double h = d(m.hidden_size);
+  double w = x.activation_bytes;
+  if (x.mla_model) {
+    const MlaDims& md = m.attention.mla;
+    double Lm = x.main.layers;
+    double heads = x.main.heads;
+    double q_out = x.mla.q_out;
     if (md.q_lora_rank > 0) {
-      op.add("attention.q_down", m_attn_math, 2 * n_attn * h * d(md.q_lora_rank) * Lm,
-             m_w_q_down * Lm, n_attn * (h + d(md.q_lora_rank)) * w * Lm, 0);
-      op.add("attention.q_up", m_attn_math, 2 * n_attn * d(md.q_lora_rank) * q_out * Lm,
-             m_w_q_up * Lm, n_attn * (d(md.q_lora_rank) + q_out) * w * Lm, 0);
+      op.add("attention.q_down", x.math.attention, 2 * n * h * d(md.q_lora_rank) * Lm,
+             x.mla.w_q_down * Lm, n * (h + d(md.q_lora_rank)) * w * Lm, 0);
+      op.add("attention.q_up", x.math.attention, 2 * n * d(md.q_lora_rank) * q_out * Lm,
+             x.mla.w_q_up * Lm, n * (d(md.q_lora_rank) + q_out) * w * Lm, 0);
     } else {
-      op.add("attention.q_proj", m_attn_math, 2 * n_attn * h * q_out * Lm, m_w_q * Lm,
-             n_attn * (h + q_out) * w * Lm, 0);
+      op.add("attention.q_proj", x.math.attention, 2 * n * h * q_out * Lm, x.mla.w_q * Lm,
+             n * (h + q_out) * w * Lm, 0);
     }
     double latent = d(md.kv_lora_rank + md.qk_rope_head_dim);
-    op.add("attention.kv_down", m_attn_math, 2 * n_attn * h * latent * Lm, m_w_kv_down * Lm,
-           n_attn * (h + latent) * w * Lm, 0);
-    op.add("attention.rotary", m.dtype, 3 * n_attn * (heads + 1) * d(md.qk_rope_head_dim) * Lm, 0,
-           2 * n_attn * (heads + 1) * d(md.qk_rope_head_dim) * w * Lm, 0);
+    op.add("attention.kv_down", x.math.attention, 2 * n * h * latent * Lm, x.mla.w_kv_down * Lm,
+           n * (h + latent) * w * Lm, 0);
+    op.add("attention.rotary", m.dtype, 3 * n * (heads + 1) * d(md.qk_rope_head_dim) * Lm, 0,
+           2 * n * (heads + 1) * d(md.qk_rope_head_dim) * w * Lm, 0);
   } else {
-    for (const Geometry* g : {&m_main, &m_sliding}) {
+    for (const AttentionGeometry* g : {&x.main, &x.sliding}) {
       if (g->layers == 0) {
         continue;
       }
-      bool own = g == &m_sliding;
-      op.add(own ? "attention.qkv_proj.sliding" : "attention.qkv_proj", m_attn_math,
-             2 * n_attn * h * g->qkv_out * g->layers, g->w_qkv * g->layers,
-             n_attn * (h + g->qkv_out) * w * g->layers, 0);
+      bool own = g == &x.sliding;
+      op.add(own ? "attention.qkv_proj.sliding" : "attention.qkv_proj", x.math.attention,
+             2 * n * h * g->qkv_out * g->layers, g->w_qkv * g->layers,
+             n * (h + g->qkv_out) * w * g->layers, 0);
       op.add(own ? "attention.rotary.sliding" : "attention.rotary", m.dtype,
-             3 * n_attn * (g->heads + g->kv_heads) * g->head_dim * g->layers, 0,
-             2 * n_attn * (g->heads + g->kv_heads) * g->head_dim * w * g->layers, 0);
+             3 * n * (g->heads + g->kv_heads) * g->head_dim * g->layers, 0,
+             2 * n * (g->heads + g->kv_heads) * g->head_dim * w * g->layers, 0);
     }
   }
-  if (La > 0) {
+  if (x.main.layers + x.sliding.layers > 0) {
     double kv_written = 0;
-    for (const Kind& k : m_kinds) {
+    for (const AttentionKindShape& k : x.kinds) {
       kv_written += k.kv_rate * k.stored;
     }
     op.add("attention.kv_write", m.dtype, 0, 0, 0,
-           n_attn * (kv_written + m_index_rate * m_index_layers));
+           n * (kv_written + x.indexer.rate * x.indexer.layers));
   }
+}
 
-  // DSA: the indexer scores every cached token with its own keys, then attention reads the
-  // top-k tokens only.
-  if (m_index_layers > 0) {
-    const AttentionSums& x = load.indexer;
-    op.add("attention.indexer", DType::fp8_e4m3,
-           2 * x.attended * m_index_heads * m_index_dim * m_index_layers +
-               2 * x.query * (m_w_index / w) * m_index_layers,
-           m_w_index * m_index_layers,
-           x.query * (h + m_index_heads * m_index_dim) * w * m_index_layers,
-           x.held * m_index_rate * m_index_layers);
+/// DSA: the indexer scores every cached token with its own keys, then attention reads the
+/// top-k tokens only.
+template <class Sink> void StepCost::indexer(const StepLoad& load, Sink& op) const {
+  const StepShape::Indexer& ix = m_shape.indexer;
+  if (ix.layers == 0) {
+    return;
   }
+  double h = d(m_req.model.hidden_size);
+  double w = m_shape.activation_bytes;
+  const AttentionSums& x = load.indexer;
+  op.add("attention.indexer", DType::fp8_e4m3,
+         2 * x.attended * ix.heads * ix.head_dim * ix.layers +
+             2 * x.query * (ix.weights / w) * ix.layers,
+         ix.weights * ix.layers, x.query * (h + ix.heads * ix.head_dim) * w * ix.layers,
+         x.held * ix.rate * ix.layers);
+}
 
-  // Attention core, per layer kind (windows, chunks and DSA's top-k cap what is attended).
+/// The attention core, per layer kind (windows, chunks and DSA's top-k cap what is attended);
+/// MLA absorbed and naive each with their own ops.
+template <class Sink> void StepCost::attention_core(const StepLoad& load, Sink& op) const {
   static constexpr std::array<const char*, 3> k_core{"attention.core", "attention.core.sliding",
                                                      "attention.core.chunked"};
   static constexpr std::array<const char*, 3> k_decompress{
       "attention.decompress", "attention.decompress.sliding", "attention.decompress.chunked"};
-  for (std::size_t kind = 0; kind < m_kinds.size(); ++kind) {
-    const Kind& k = m_kinds[kind];
+  const Model& m = m_req.model;
+  const StepShape& x = m_shape;
+  double w = x.activation_bytes;
+  for (std::size_t kind = 0; kind < x.kinds.size(); ++kind) {
+    const AttentionKindShape& k = x.kinds[kind];
     if (k.layers == 0) {
       continue;
     }
@@ -548,128 +707,125 @@ template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const
     const AttentionSums& ab = load.absorbed.kinds[kind];
     const AttentionSums& nv = load.naive.kinds[kind];
     const char* core = k_core[kind];
-    if (!m_mla) {
-      const Geometry& g = k.sliding_geometry ? m_sliding : m_main;
+    if (!x.mla_model) {
+      const AttentionGeometry& g = k.sliding_geometry ? x.sliding : x.main;
       double dk = g.head_dim + g.v_head_dim;
       op.add(core, m.dtype, 2 * g.heads * ab.attended * dk * count, 0,
              ab.query * g.heads * dk * w * count, ab.held * kv_rate * count);
       continue;
     }
-    const MlaDims& md = a.mla;
-    double heads = m_main.heads;
+    const MlaDims& md = m.attention.mla;
+    double heads = x.main.heads;
     double dc = d(md.kv_lora_rank);
     double dr = d(md.qk_rope_head_dim);
     double dn = d(md.qk_nope_head_dim);
     double dv = d(md.v_head_dim);
+    double w_absorb = x.mla.w_absorb;
     if (ab.query > 0) {
       // W_UK folded into the query, attention over the d_c + d_R latent, W_UV after.
-      op.add("attention.absorb_uk", m_absorb_math, 2 * ab.query * heads * dn * dc * count,
-             m_w_absorb * dn / (dn + dv) * count, ab.query * heads * (dn + dc) * w * count, 0,
+      op.add("attention.absorb_uk", x.math.absorb, 2 * ab.query * heads * dn * dc * count,
+             w_absorb * dn / (dn + dv) * count, ab.query * heads * (dn + dc) * w * count, 0,
              "absorbed");
       op.add(core, m.dtype, 2 * heads * ab.attended * ((dc + dr) + dc) * count, 0,
              ab.query * heads * ((dc + dr) + dc) * w * count, ab.held * kv_rate * count,
              "absorbed");
-      op.add("attention.absorb_uv", m_absorb_math, 2 * ab.query * heads * dc * dv * count,
-             m_w_absorb * dv / (dn + dv) * count, ab.query * heads * (dc + dv) * w * count, 0,
+      op.add("attention.absorb_uv", x.math.absorb, 2 * ab.query * heads * dc * dv * count,
+             w_absorb * dv / (dn + dv) * count, ab.query * heads * (dc + dv) * w * count, 0,
              "absorbed");
     }
     if (nv.query > 0) {
       // Decompress every attended latent into per-head K (nope) and V, then attend per head.
       double expanded = nv.held * heads * (dn + dr + dv) * w;
       bool materialized = m_req.naive_kv == NaiveKv::materialized;
-      op.add(k_decompress[kind], m_absorb_math, 2 * nv.held * dc * heads * (dn + dv) * count,
-             m_w_absorb * count, (materialized ? expanded : 0) * count, nv.held * kv_rate * count,
+      op.add(k_decompress[kind], x.math.absorb, 2 * nv.held * dc * heads * (dn + dv) * count,
+             w_absorb * count, (materialized ? expanded : 0) * count, nv.held * kv_rate * count,
              "naive");
       op.add(core, m.dtype, 2 * heads * nv.attended * (dn + dr + dv) * count, 0,
              (nv.query * heads * (dn + dr + dv) * w + (materialized ? expanded : 0)) * count, 0,
              "naive");
     }
   }
-  if (La > 0) {
-    for (const Geometry* g : {&m_main, &m_sliding}) {
-      if (g->layers == 0) {
-        continue;
-      }
-      op.add(g == &m_sliding ? "attention.o_proj.sliding" : "attention.o_proj", m_attn_math,
-             2 * n_attn * g->v_width * h * g->layers, g->w_o * g->layers,
-             n_attn * (g->v_width + h) * w * g->layers, 0);
-    }
-  }
+}
 
-  // Recurrent layers: their projections, then the scan, which reads and writes each
-  // sequence's state once per step (docs/formulas.md §11, "State layers").
-  if (m_state_layers > 0) {
-    op.add("state.proj", m_attn_math, 2 * n_attn * m_state_params * m_state_layers,
-           m_w_state * m_state_layers, 2 * n_attn * h * w * m_state_layers, 0);
-    op.add("state.scan", DType::fp32, 4 * n_attn * m_state_elements * m_state_layers, 0, 0,
-           2 * load.sequences * m_state_bytes * m_state_layers);
+/// Recurrent layers: their projections, then the scan, which reads and writes each sequence's
+/// state once per step (docs/formulas.md §11, "State layers").
+template <class Sink> void StepCost::state_layers(const StepLoad& load, Sink& op) const {
+  const StepShape::State& st = m_shape.state;
+  if (st.layers == 0) {
+    return;
   }
-  if (m_other_params > 0) {
-    op.add("layers.other", m_attn_math, 2 * n * m_other_params, m_w_other, 0, 0);
-  }
-  if (m_draft) {
-    // The MTP module's own projection of [embedding; hidden] (2h → h) before its layer.
-    op.add("eh_proj", m_attn_math, 2 * n * 2 * h * h, 2 * h * h * w / m_attention_tp, n * 3 * h * w,
-           0);
-  }
+  double n = load.attention_tokens;
+  double h = d(m_req.model.hidden_size);
+  double w = m_shape.activation_bytes;
+  op.add("state.proj", m_shape.math.attention, 2 * n * st.params * st.layers,
+         st.weights * st.layers, 2 * n * h * w * st.layers, 0);
+  op.add("state.scan", DType::fp32, 4 * n * st.elements * st.layers, 0, 0,
+         2 * load.sequences * st.bytes * st.layers);
+}
 
-  // MLP: dense layers, then MoE layers.
+/// The MLP: dense layers, then MoE layers.
+template <class Sink> void StepCost::feed_forward(const StepLoad& load, Sink& op) const {
+  const Model& m = m_req.model;
+  const StepShape& x = m_shape;
+  if (x.layers.dense > 0) {
+    double n = load.attention_tokens;
+    double h = d(m.hidden_size);
+    double w = x.activation_bytes;
+    double gate = m.mlp.kind == MlpKind::gated ? 3 : 2;
+    double width = x.ffn.mlp_width;
+    double dense = x.layers.dense;
+    op.add("mlp", x.math.attention, 2 * n * h * width * gate * dense, gate * x.ffn.w_mlp * dense,
+           n * (2 * h + gate * width) * w * dense, 0);
+  }
+  if (x.layers.moe > 0) {
+    experts(load, op);
+  }
+}
+
+/// MoE layers: the router, the routed experts with the tokens of every copy their group serves,
+/// the shared experts, and the all-to-all that carries tokens to their experts and back.
+template <class Sink> void StepCost::experts(const StepLoad& load, Sink& op) const {
+  const Model& m = m_req.model;
+  const StepShape& x = m_shape;
+  const Moe& e = *m.moe;
+  double n = load.attention_tokens;
+  double h = d(m.hidden_size);
+  double w = x.activation_bytes;
   double gate = m.mlp.kind == MlpKind::gated ? 3 : 2;
-  if (m_dense > 0) {
-    double width = m_mlp_width;
-    op.add("mlp", m_attn_math, 2 * n * h * width * gate * m_dense, gate * m_w_mlp * m_dense,
-           n * (2 * h + gate * width) * w * m_dense, 0);
+  double ml = x.layers.moe;
+  double k = d(e.experts_per_token);
+  double experts = d(e.routed_experts);
+  op.add("moe.router", m.dtype, 2 * n * h * experts * ml, h * experts * w * ml,
+         n * (h + experts) * w * ml, 0);
+  // The expert group serves the tokens of every copy it spans; this GPU takes 1/ep of their
+  // token-expert pairs (times the imbalance), each expert's width split over expert_tp.
+  double group_tokens = load.tokens * x.split.expert_copies;
+  double pairs = group_tokens * k / x.split.ep * m_req.expert_imbalance;
+  double ie = d(e.expert_intermediate_size) / x.split.expert_tp;
+  // A local expert is read once per step when the group's tokens touch it (uniform routing).
+  double touched = x.split.experts_local *
+                   expected_experts(e.routed_experts, e.experts_per_token, group_tokens) / experts;
+  op.add("moe.experts", x.math.expert, 2 * pairs * h * ie * gate * ml,
+         touched * gate * x.ffn.w_expert / x.split.expert_tp * ml,
+         pairs * (2 * h + gate * ie) * w * ml, 0);
+  if (e.shared_expert_intermediate_size > 0) {
+    double width = x.ffn.shared_width;
+    op.add("moe.shared_experts", x.math.attention, 2 * n * h * width * gate * ml,
+           gate * x.ffn.w_shared * ml, n * (2 * h + gate * width) * w * ml, 0);
   }
-  if (m_moe > 0) {
-    const Moe& e = *m.moe;
-    double ml = m_moe;
-    double k = d(e.experts_per_token);
-    double experts = d(e.routed_experts);
-    op.add("moe.router", m.dtype, 2 * n * h * experts * ml, h * experts * w * ml,
-           n * (h + experts) * w * ml, 0);
-    // The expert group serves the tokens of every copy it spans; this GPU takes 1/ep of their
-    // token-expert pairs (times the imbalance), each expert's width split over expert_tp.
-    double group_tokens = load.tokens * m_expert_copies;
-    double pairs = group_tokens * k / m_ep * m_req.expert_imbalance;
-    double ie = d(e.expert_intermediate_size) / m_expert_tp;
-    // A local expert is read once per step when the group's tokens touch it (uniform routing).
-    double touched = m_experts_local *
-                     expected_experts(e.routed_experts, e.experts_per_token, group_tokens) /
-                     experts;
-    op.add("moe.experts", m_expert_math, 2 * pairs * h * ie * gate * ml,
-           touched * gate * m_w_expert / m_expert_tp * ml, pairs * (2 * h + gate * ie) * w * ml, 0);
-    if (e.shared_expert_intermediate_size > 0) {
-      double width = m_shared_width;
-      op.add("moe.shared_experts", m_attn_math, 2 * n * h * width * gate * ml,
-             gate * m_w_shared * ml, n * (2 * h + gate * width) * w * ml, 0);
-    }
-    if (m_req.communication && m_all_to_all) {
-      // Each GPU sends its slice of the copy's tokens to the k experts of each (dispatch) and
-      // takes their outputs back (combine), once per domain they sit in; the busiest GPU
-      // receives `imbalance` × the mean.
-      double sent = load.tokens / m_tp * m_req.expert_imbalance;
-      u64 group = static_cast<u64>(m_ep);
-      const Topology& links = m_req.rates.links;
-      op.collective("moe.dispatch", m_dispatch_dtype,
-                    expert_exchange(links, group, sent, k, m_dispatch_bytes, m_expert_local), ml);
-      op.collective("moe.combine", m.dtype,
-                    expert_exchange(links, group, sent, k, h * w, m_expert_local), ml);
-    }
+  if (m_req.communication && x.split.all_to_all) {
+    // Each GPU sends its slice of the copy's tokens to the k experts of each (dispatch) and
+    // takes their outputs back (combine), once per domain they sit in; the busiest GPU
+    // receives `imbalance` × the mean.
+    double sent = load.tokens / x.split.tp * m_req.expert_imbalance;
+    u64 group = static_cast<u64>(x.split.ep);
+    const Topology& links = m_req.rates.links;
+    op.collective(
+        "moe.dispatch", x.math.dispatch,
+        expert_exchange(links, group, sent, k, x.ffn.dispatch_bytes, x.split.expert_local), ml);
+    op.collective("moe.combine", m.dtype,
+                  expert_exchange(links, group, sent, k, h * w, x.split.expert_local), ml);
   }
-  if (m_req.communication && m_attention_tp > 1) {
-    // All-reduce of the attention group's hidden states after each token mixer and each
-    // feed-forward part (experts inside the group included).
-    double reduces = m_mixers + m_dense + (m_all_to_all ? 0 : m_moe);
-    op.collective("tp.all_reduce", m.dtype,
-                  all_reduce(m_req.rates.links, static_cast<u64>(m_attention_tp), n * h * w),
-                  reduces);
-  }
-
-  // LM head: every new token in decode, the last token of each prompt in prefill/extend.
-  double vocab = d(m.vocab_size) / m_attention_tp;
-  double logits = load.logits * m_attention_share;
-  op.add("lm_head", m.dtype, 2 * logits * h * vocab, vocab * h * w, logits * (h * w + vocab * 4),
-         0);
 }
 
 double StepCost::time_s(const StepLoad& load) const {
@@ -684,14 +840,20 @@ double StepCost::time_s(const StepLoad& load) const {
 
 std::vector<Op> StepCost::ops(const StepLoad& load) const {
   std::vector<Op> out;
-  OpSink sink(m_req, out, m_draft ? "mtp." : "");
+  ops(load, out, 0);
+  return out;
+}
+
+void StepCost::ops(const StepLoad& load, std::vector<Op>& out, std::size_t first) const {
+  OpSink sink(m_req.rates, out, first, m_draft ? "mtp." : "");
   bool halves = m_req.overlap == Overlap::two_batch;
   build(halves ? load.scaled(0.5) : load, sink);
-  for (Op& o : out) {
+  out.resize(sink.end());
+  std::span<Op> mine(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+  for (Op& o : mine) {
     repeat(o, halves ? 2 : 1);
   }
-  expose(out, m_req.overlap);
-  return out;
+  expose(mine, m_req.overlap);
 }
 
 namespace {
@@ -728,10 +890,10 @@ double kept_per_step(u64 drafts, double a) {
 
 Collective StepCost::stage_transfer(const StepLoad& load) const {
   const Topology& links = m_req.rates.links;
-  bool crosses = links.domain != 0 && m_domain_copy > links.domain;
+  bool crosses = links.domain != 0 && m_shape.split.domain_copy > links.domain;
   double w = d(dtype_storage_bytes(m_req.model.dtype, 1));
   return send(links, crosses,
-              load.attention_tokens * d(m_req.model.hidden_size) * w / m_attention_tp);
+              load.attention_tokens * d(m_req.model.hidden_size) * w / m_shape.split.attention_tp);
 }
 
 double StepCost::pipeline_time_s(const StepLoad& load, u64 sequences) const {
@@ -745,11 +907,10 @@ double StepCost::pipeline_time_s(const StepLoad& load, u64 sequences) const {
   return d(pp) * time_s(micro) + d(pp - 1) * transfer;
 }
 
-RooflineResult compute_roofline(const RooflineRequest& req) {
-  const Model& m = req.model;
-  const Parallelism& par = req.parallel;
-  RooflineResult out;
-  out.rates_source = req.rates.source;
+namespace {
+
+/// The sizes of one step: each at least 1, and within what 64-bit byte counts hold.
+void check_sizes(const RooflineRequest& req) {
   if (req.batch == 0 || req.context == 0 || req.query == 0) {
     throw InputError("--batch, --context and the query length must be at least 1");
   }
@@ -767,31 +928,100 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
                      group_digits(req.batch * (req.context + req.query)) +
                      " tokens in one step, over 2^40: lower --batch or --context");
   }
-  if (req.draft_tokens > 0) {
-    if (m.mtp_layers == 0) {
-      throw InputError("--mtp drafts with the model's multi-token-prediction module; " + m.name +
-                       " has none (mtp_layers), and kvcalc does not model a separate draft "
-                       "model");
-    }
-    if (req.phase != Phase::decode || req.query != 1) {
-      throw InputError("--mtp applies to decode steps, whose query it sets to 1 + drafts; drop "
-                       "--query and --phase");
-    }
+}
+
+void check_mtp_module(const RooflineRequest& req) {
+  if (req.draft_tokens > 0 && req.model.mtp_layers == 0) {
+    throw InputError("--mtp drafts with the model's multi-token-prediction module; " +
+                     req.model.name +
+                     " has none (mtp_layers), and kvcalc does not model a separate draft model");
   }
+}
+
+void check_mtp_step(const RooflineRequest& req) {
+  if (req.draft_tokens > 0 && (req.phase != Phase::decode || req.query != 1)) {
+    throw InputError("--mtp applies to decode steps, whose query it sets to 1 + drafts; drop "
+                     "--query and --phase");
+  }
+}
+
+void check_acceptance_and_links(const RooflineRequest& req) {
   if (!(req.acceptance >= 0 && req.acceptance <= 1)) {
     throw InputError("--accept is a probability: from 0 to 1");
   }
+  const Parallelism& par = req.parallel;
   if (req.communication && par.tp * par.pp * std::max<u64>(par.ep, 1) > 1) {
     device::require_figures(req.gpu, {"interconnect"}, "the collectives of a deployment over GPUs");
   }
-  StepCost cost(req);
+}
+
+/// The checks of one step (the deployment's are Roofline's).
+void check_step(const RooflineRequest& req) {
+  check_sizes(req);
+  check_mtp_step(req);
+}
+
+/// The checks of a deployment that hold for every step, before anything is priced.
+void check_deployment(const RooflineRequest& req) {
+  check_mtp_module(req);
+  check_acceptance_and_links(req);
+}
+
+/// The request of the MTP module of `req`'s model: its layers on one stage's GPUs.
+RooflineRequest draft_request(const RooflineRequest& req, const Deployment& deployment) {
+  RooflineRequest draft = req;
+  draft.model = draft_model(req.model);
+  draft.parallel.pp = 1;
+  draft.parallel.gpus = deployment.parallel.gpus / req.parallel.pp;
+  return draft;
+}
+
+} // namespace
+
+Roofline::Roofline(const RooflineRequest& deployment)
+    : m_req(deployment),
+      m_deployment(
+          (check_deployment(deployment),
+           resolve_deployment(deployment.model, deployment.parallel, deployment.weight_dtype))),
+      m_cost(deployment) {
+  const Model& m = m_req.model;
+  if (m_req.draft_tokens > 0) {
+    m_draft.emplace(draft_request(m_req, m_deployment), true);
+  }
+  WeightBytes weights = weight_bytes(m, count_params(m), m_req.weight_dtype,
+                                     weight_sharding(m_deployment, m_req.draft_tokens > 0));
+  if (weights.per_gpu > m_req.gpu.memory_bytes) {
+    m_weights_fit = false;
+    m_weights_note = m.name + ": its weights (" + group_digits(weights.per_gpu) +
+                     " B per GPU at tp " + std::to_string(m_req.parallel.tp) +
+                     ") do not fit in one " + m_req.gpu.name +
+                     "; the step is computed all the same (more --tp or --pp spreads them)";
+  }
+}
+
+RooflineResult Roofline::step(const RooflineRequest& req) const {
+  RooflineResult out;
+  step(req, out);
+  return out;
+}
+
+void Roofline::step(const RooflineRequest& req, RooflineResult& out) const {
+  check_step(req);
+  const Parallelism& par = m_req.parallel;
+  std::vector<Op> ops = std::move(out.ops);
+  std::vector<std::string> notes = std::move(out.notes);
+  std::string dominant = std::move(out.dominant);
+  std::string source = std::move(out.rates_source);
+  out = RooflineResult{};
+  out.rates_source = std::move(source);
+  out.rates_source.assign(m_req.rates.source);
 
   // Step shape: s new tokens per request attending t tokens, t_eff on average (causal).
   u64 s = 0;
   u64 prefix = 0;
   switch (req.phase) {
   case Phase::decode:
-    s = req.query + req.draft_tokens;
+    s = req.query + m_req.draft_tokens;
     prefix = req.context >= s ? req.context - s : 0;
     break;
   case Phase::prefill:
@@ -807,36 +1037,32 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   out.query = s;
   out.attended = t;
   out.attended_effective = req.phase == Phase::decode ? d(t) : d(prefix) + d(s) / 2.0;
-  if (m.attention.kind == AttentionKind::mla) {
-    out.mla = resolve_mla_mode(req.mla, req.phase, s);
+  if (m_req.model.attention.kind == AttentionKind::mla) {
+    out.mla = resolve_mla_mode(m_req.mla, req.phase, s);
   }
-  out.layers = cost.layers();
-  out.heads = cost.heads();
-  Deployment deployment = resolve_deployment(m, par, req.weight_dtype);
-  u64 groups = par.tp / deployment.attention_tp; // attention groups of a copy
+  out.layers = m_cost.layers();
+  out.heads = m_cost.heads();
+  u64 groups = par.tp / m_deployment.attention_tp; // attention groups of a copy
   u64 batch_gpu = ceil_div(req.batch, groups);
   out.batch_per_gpu = batch_gpu;
   out.gpus = par.tp * par.pp;
   out.micro_batches = par.pp;
   StepLoad load;
-  cost.add(load, req.phase, s, prefix, d(req.batch), d(batch_gpu));
-  out.ops = cost.ops(load);
+  m_cost.add(load, req.phase, s, prefix, d(req.batch), d(batch_gpu));
+  m_cost.ops(load, ops, 0);
 
   // MTP: each drafted token is one pass of the module over the batch, one token each.
-  if (req.draft_tokens > 0) {
-    RooflineRequest draft = req;
-    draft.model = draft_model(m);
-    draft.parallel.pp = 1;
-    draft.parallel.gpus = deployment.parallel.gpus / par.pp;
-    StepCost draft_cost(draft, true);
+  if (m_draft) {
+    std::size_t first = ops.size();
     StepLoad draft_load;
-    draft_cost.add(draft_load, Phase::decode, 1, req.context, d(req.batch), d(batch_gpu));
-    for (Op o : draft_cost.ops(draft_load)) {
-      repeat(o, d(req.draft_tokens));
-      out.ops.push_back(std::move(o));
+    m_draft->add(draft_load, Phase::decode, 1, req.context, d(req.batch), d(batch_gpu));
+    m_draft->ops(draft_load, ops, first);
+    for (std::size_t i = first; i < ops.size(); ++i) {
+      repeat(ops[i], d(m_req.draft_tokens));
     }
-    expose(out.ops, req.overlap);
+    expose(ops, m_req.overlap);
   }
+  out.ops = std::move(ops);
 
   for (const Op& o : out.ops) {
     out.flops += o.flops;
@@ -846,36 +1072,45 @@ RooflineResult compute_roofline(const RooflineRequest& req) {
   }
   auto longest = std::max_element(out.ops.begin(), out.ops.end(),
                                   [](const Op& x, const Op& y) { return x.time_s < y.time_s; });
-  out.dominant = longest->name;
+  out.dominant = std::move(dominant);
+  out.dominant.assign(longest->name);
 
   // Pipeline: a micro-batch crosses every stage, handing its hidden states on at each boundary;
   // pp micro-batches are in flight. Decode waits for its own last stage before its next step;
   // prefill streams, one micro-batch per stage time.
   double transfer = 0;
-  if (par.pp > 1 && req.communication) {
-    out.stage_transfer = cost.stage_transfer(load);
+  if (par.pp > 1 && m_req.communication) {
+    out.stage_transfer = m_cost.stage_transfer(load);
     transfer = out.stage_transfer->time_s;
   }
   double pp = d(par.pp);
   out.time_s = pp * out.stage_s + (pp - 1) * transfer;
   out.tokens_per_step = req.phase == Phase::decode
-                            ? kept_per_step(req.draft_tokens, req.acceptance) * d(req.query)
+                            ? kept_per_step(m_req.draft_tokens, m_req.acceptance) * d(req.query)
                             : d(s);
   double in_flight = d(req.batch) * out.tokens_per_step;
   out.tokens_per_s = req.phase == Phase::decode ? pp * in_flight / out.time_s
                                                 : in_flight / std::max(out.stage_s, transfer);
   out.tokens_per_s_per_gpu = out.tokens_per_s / d(out.gpus);
   out.time_per_token_s = req.phase == Phase::decode ? out.time_s / out.tokens_per_step : out.time_s;
-  WeightBytes weights = weight_bytes(m, count_params(m), req.weight_dtype,
-                                     weight_sharding(deployment, req.draft_tokens > 0));
-  if (weights.per_gpu > req.gpu.memory_bytes) {
-    out.weights_fit = false;
-    out.notes.push_back(m.name + ": its weights (" + group_digits(weights.per_gpu) +
-                        " B per GPU at tp " + std::to_string(par.tp) + ") do not fit in one " +
-                        req.gpu.name +
-                        "; the step is computed all the same (more --tp or --pp spreads them)");
+  out.weights_fit = m_weights_fit;
+  out.notes = std::move(notes);
+  out.notes.clear();
+  if (!m_weights_fit) {
+    out.notes.push_back(m_weights_note);
   }
-  return out;
+}
+
+void check_request(const RooflineRequest& request) {
+  check_sizes(request);
+  check_mtp_module(request);
+  check_mtp_step(request);
+  check_acceptance_and_links(request);
+}
+
+RooflineResult compute_roofline(const RooflineRequest& request) {
+  check_request(request);
+  return Roofline(request).step(request);
 }
 
 double mla_attention_time(const RooflineRequest& req, MlaMode mode, u64 query) {

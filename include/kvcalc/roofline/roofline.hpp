@@ -14,6 +14,7 @@
 #include <kvcalc/device/profile.hpp>
 #include <kvcalc/kv/cache_format.hpp>
 #include <kvcalc/kv/capacity.hpp>
+#include <kvcalc/kv/deployment.hpp>
 #include <kvcalc/model/model.hpp>
 #include <kvcalc/roofline/collective.hpp>
 
@@ -148,6 +149,11 @@ struct RooflineResult {
   std::vector<std::string> notes;
 };
 
+/// The checks a request passes before it is priced, each an InputError naming the flag: its
+/// sizes, MTP, the acceptance, the links a deployment over several GPUs needs.
+void check_request(const RooflineRequest& request);
+
+/// The step of `request`, checked: Roofline(request).step(request).
 [[nodiscard]] RooflineResult compute_roofline(const RooflineRequest& request);
 
 /// The MLA mode `requested` resolves to for a chunk of s tokens in `phase`: automatic is
@@ -189,9 +195,110 @@ struct StepLoad {
   AttentionSums indexer;       ///< DSA: the indexer's pass over every cached token
 };
 
+/// One attention geometry on one GPU, and the weights of its projections per layer.
+struct AttentionGeometry {
+  double layers = 0;   ///< attention layers of this geometry on this GPU
+  double heads = 0;    ///< query heads on this GPU
+  double kv_heads = 0; ///< KV heads on this GPU
+  double head_dim = 0;
+  double v_head_dim = 0;
+  double qkv_out = 0; ///< GQA: q + k + v widths on this GPU (with an output gate, 2q + k + v)
+  double v_width = 0; ///< heads × d_v
+  double w_qkv = 0;   ///< GQA: bytes of the q/k/v projection per layer
+  double w_o = 0;     ///< bytes of the output projection per layer
+};
+
+/// One priced kind of attention layers on one GPU (CacheKind full, sliding or chunked).
+struct AttentionKindShape {
+  double layers = 0;  ///< layers that attend (KV-shared ones included)
+  double stored = 0;  ///< layers that store their own KV
+  double window = 0;  ///< tokens a layer holds; 0: every token (full)
+  double kv_rate = 0; ///< KV bytes per token per layer on this GPU
+  double cap = 0;     ///< most tokens a query attends (window, chunk or DSA top-k); 0: all
+  bool sliding_geometry = false; ///< attends with the model's `sliding_attention`
+};
+
+/// One GPU's share of a step of a deployment: every width, layer count and weight the op
+/// formulas read that does not depend on the batch (docs/formulas.md §11). Worked out once by
+/// step_shape(); --explain prints it.
+struct StepShape {
+  /// How the deployment splits the model, as this GPU sees it.
+  struct Split {
+    double tp = 1;
+    double attention_tp = 1;    ///< GPUs one attention group splits over (dense parts too)
+    double attention_share = 1; ///< of the copy's sequences this GPU attends (1/tp with dp)
+    double ep = 1;              ///< expert-parallel ranks
+    double expert_tp = 1;       ///< GPUs each expert splits over
+    double experts_local = 0;   ///< routed experts (redundant ones included) on this GPU
+    double expert_copies = 1;   ///< copies whose tokens one expert group serves
+    bool all_to_all = false;    ///< tokens travel to their experts' GPUs
+    u64 domain_copy = 0;        ///< GPUs of one copy, tp × pp
+    u64 expert_local = 0;       ///< GPUs of one expert group that share a scale-up domain
+  } split;
+  /// Layers of one pipeline stage on this GPU.
+  struct Layers {
+    u64 stage = 0;     ///< layers on this GPU
+    double mixers = 0; ///< with a token mixer (attention or state)
+    double dense = 0;  ///< with a dense MLP
+    double moe = 0;    ///< with an MoE MLP
+  } layers;
+  AttentionGeometry main;    ///< full and chunked layers (and sliding ones without their own)
+  AttentionGeometry sliding; ///< sliding layers with `sliding_attention`
+  std::array<AttentionKindShape, k_attention_kinds_priced> kinds;
+  std::array<std::size_t, k_attention_kinds_priced> present{}; ///< kinds with layers here
+  std::size_t present_count = 0;
+  /// MLA: the query width and the weights per layer, bytes (W_UK and W_UV together in absorb).
+  struct Mla {
+    double q_out = 0; ///< heads × (d_nope + d_R) on this GPU
+    double w_q_down = 0, w_q_up = 0, w_q = 0, w_kv_down = 0, w_absorb = 0;
+  } mla;
+  /// DSA: the indexer on this GPU.
+  struct Indexer {
+    double layers = 0;
+    double rate = 0; ///< key bytes per token per layer
+    double heads = 0;
+    double head_dim = 0;
+    double weights = 0; ///< per layer
+  } indexer;
+  /// Recurrent layers on this GPU: one sequence's state per layer, the projections' weights.
+  struct State {
+    double layers = 0;
+    double bytes = 0;
+    double elements = 0;
+    double weights = 0; ///< per layer
+    double params = 0;  ///< per layer (2 FLOP each per token)
+  } state;
+  /// Weights no formula places (a params override's remainder), on this GPU.
+  struct Other {
+    double weights = 0;
+    double params = 0;
+  } other;
+  /// Feed-forward widths on this GPU and weights per layer, bytes.
+  struct FeedForward {
+    double mlp_width = 0;    ///< dense MLP width
+    double w_mlp = 0;        ///< one of its matrices
+    double shared_width = 0; ///< shared-expert width
+    double w_shared = 0;
+    double w_expert = 0;       ///< one matrix of one routed expert
+    double dispatch_bytes = 0; ///< one token's hidden state as dispatched
+  } ffn;
+  /// Dtypes of the arithmetic.
+  struct Math {
+    DType attention = DType::bf16; ///< attention and dense matmuls
+    DType expert = DType::bf16;    ///< expert matmuls
+    DType absorb = DType::bf16;    ///< W_UK / W_UV
+    DType dispatch = DType::bf16;  ///< expert dispatch payload
+  } math;
+  double activation_bytes = 0; ///< per element
+  bool mla_model = false;
+};
+
+/// The shape of the request's step on one GPU (its batch, context and phase aside).
+[[nodiscard]] StepShape step_shape(const RooflineRequest& request);
+
 /// The roofline of one step for any StepLoad, with everything that does not depend on the
-/// batch prepared once: compute_roofline is StepCost over a uniform batch, and the simulator
-/// prices every mixed step with it (the same op formulas, no copy of them).
+/// batch prepared once (StepShape): compute_roofline is StepCost over a uniform batch, and the
+/// simulator prices every mixed step with it (the same op formulas, no copy of them).
 class StepCost {
 public:
   /// Uses the request's model, GPU rates, cache, weight dtype, parallelism, MLA mode, naive-KV
@@ -212,6 +319,9 @@ public:
   [[nodiscard]] double time_s(const StepLoad& load) const;
   /// Every op of the step, as compute_roofline reports them (exposed_s set).
   [[nodiscard]] std::vector<Op> ops(const StepLoad& load) const;
+  /// The same, written into `out` from index `first` on (the ops already there are reused, so
+  /// a sweep that keeps `out` allocates nothing); `out` ends after them.
+  void ops(const StepLoad& load, std::vector<Op>& out, std::size_t first) const;
   /// A micro-batch `load` handing its hidden states on at one stage boundary: over NVLink while
   /// the copy fits one scale-up domain, else over the NIC.
   [[nodiscard]] Collective stage_transfer(const StepLoad& load) const;
@@ -221,82 +331,50 @@ public:
   [[nodiscard]] double pipeline_time_s(const StepLoad& load, u64 sequences) const;
 
   /// Fraction of the copy's sequences whose attention one GPU runs (1/tp with dp-attention).
-  [[nodiscard]] double attention_share() const { return m_attention_share; }
-  [[nodiscard]] u64 layers() const { return m_stage; }
-  [[nodiscard]] double heads() const { return m_main.heads; }
+  [[nodiscard]] double attention_share() const { return m_shape.split.attention_share; }
+  [[nodiscard]] u64 layers() const { return m_shape.layers.stage; }
+  [[nodiscard]] double heads() const { return m_shape.main.heads; }
+  [[nodiscard]] const StepShape& shape() const { return m_shape; }
   [[nodiscard]] const RooflineRequest& request() const { return m_req; }
 
 private:
   template <class Sink> void build(const StepLoad& load, Sink& sink) const;
-
-  /// One attention geometry on this GPU, and the weights of its projections per layer.
-  struct Geometry {
-    double layers = 0;   ///< attention layers of this geometry on this GPU
-    double heads = 0;    ///< query heads on this GPU
-    double kv_heads = 0; ///< KV heads on this GPU
-    double head_dim = 0;
-    double v_head_dim = 0;
-    double qkv_out = 0; ///< GQA: q + k + v widths on this GPU (with an output gate, 2q + k + v)
-    double v_width = 0; ///< heads × d_v
-    double w_qkv = 0;   ///< GQA: bytes of the q/k/v projection per layer
-    double w_o = 0;     ///< bytes of the output projection per layer
-  };
-  /// One priced kind of attention layers on this GPU.
-  struct Kind {
-    double layers = 0;  ///< layers that attend (KV-shared ones included)
-    double stored = 0;  ///< layers that store their own KV
-    double window = 0;  ///< tokens a layer holds; 0: every token (full)
-    double kv_rate = 0; ///< KV bytes per token per layer on this GPU
-    double cap = 0;     ///< most tokens a query attends (window, chunk or DSA top-k); 0: all
-    bool sliding_geometry = false;
-  };
+  template <class Sink> void projections(const StepLoad& load, Sink& sink) const;
+  template <class Sink> void indexer(const StepLoad& load, Sink& sink) const;
+  template <class Sink> void attention_core(const StepLoad& load, Sink& sink) const;
+  template <class Sink> void state_layers(const StepLoad& load, Sink& sink) const;
+  template <class Sink> void feed_forward(const StepLoad& load, Sink& sink) const;
+  template <class Sink> void experts(const StepLoad& load, Sink& sink) const;
 
   RooflineRequest m_req;
   bool m_draft = false;
-  bool m_mla = false;
-  u64 m_stage = 0;     ///< layers on this GPU
-  double m_mixers = 0; ///< layers with a token mixer (attention or state) on this GPU
-  double m_dense = 0;  ///< layers with a dense MLP
-  double m_moe = 0;    ///< layers with an MoE MLP
-  Geometry m_main;     ///< full and chunked layers (and sliding ones without their own)
-  Geometry m_sliding;  ///< sliding layers with `sliding_attention`
-  std::array<Kind, k_attention_kinds_priced> m_kinds;
-  std::array<std::size_t, k_attention_kinds_priced> m_present{}; ///< kinds with layers here
-  std::size_t m_present_count = 0;
-  double m_index_layers = 0; ///< DSA: indexer layers on this GPU
-  double m_index_rate = 0;   ///< DSA: indexer key bytes per token per layer
-  double m_index_heads = 0;  ///< DSA: indexer query heads
-  double m_index_dim = 0;    ///< DSA: indexer head dim
-  double m_w_index = 0;      ///< DSA: indexer weights per layer
-  double m_state_layers = 0; ///< recurrent layers on this GPU
-  double m_state_bytes = 0;  ///< one sequence's state of one layer on this GPU
-  double m_state_elements = 0;
-  double m_w_state = 0;      ///< weights of one state layer's projections on this GPU
-  double m_state_params = 0; ///< their parameters (2 FLOP each per token)
-  double m_w_other = 0;      ///< weights kvcalc does not place (a params override), this GPU
-  double m_other_params = 0;
-  double m_w = 0; ///< activation bytes per element
-  double m_attention_share = 1;
-  double m_attention_tp = 1; ///< GPUs one attention group splits over (dense parts too)
-  double m_tp = 1;
-  double m_ep = 1;             ///< expert-parallel ranks
-  double m_expert_tp = 1;      ///< GPUs each expert splits over
-  double m_experts_local = 0;  ///< routed experts (redundant ones included) on this GPU
-  double m_expert_copies = 1;  ///< copies whose tokens one expert group serves
-  bool m_all_to_all = false;   ///< tokens travel to their experts' GPUs
-  double m_dispatch_bytes = 0; ///< one token's hidden state as dispatched
-  DType m_dispatch_dtype = DType::bf16;
-  u64 m_domain_copy = 0;             ///< GPUs of one copy, tp × pp
-  u64 m_expert_local = 0;            ///< GPUs of one expert group that share a scale-up domain
-  DType m_attn_math = DType::bf16;   ///< dtype of the attention and dense matmuls
-  DType m_expert_math = DType::bf16; ///< dtype of the expert matmuls
-  DType m_absorb_math = DType::bf16; ///< dtype of W_UK / W_UV
-  // Weight bytes per layer (or per step for the LM head), scales included.
-  double m_w_q_down = 0, m_w_q_up = 0, m_w_q = 0, m_w_kv_down = 0;
-  double m_w_mlp = 0, m_w_expert = 0, m_w_shared = 0, m_w_absorb = 0;
-  double m_q_out = 0;        ///< MLA query width on this GPU (heads × (d_nope + d_R))
-  double m_mlp_width = 0;    ///< dense MLP width per GPU
-  double m_shared_width = 0; ///< shared-expert width per GPU
+  StepShape m_shape;
+};
+
+/// A deployment's roofline with everything that does not depend on the step prepared once:
+/// the deployment resolved, its weights placed, its StepCost (and its MTP module's) built. A
+/// sweep prices each batch, context and query with step() and no more.
+class Roofline {
+public:
+  /// Everything of `deployment` but its phase, batch, context and query.
+  explicit Roofline(const RooflineRequest& deployment);
+  Roofline(const Roofline&) = delete;
+  Roofline& operator=(const Roofline&) = delete;
+
+  /// The step of `step` (whose other fields are the deployment's), into `out`: its buffers are
+  /// reused, so a sweep allocates nothing once they have grown.
+  void step(const RooflineRequest& step, RooflineResult& out) const;
+  [[nodiscard]] RooflineResult step(const RooflineRequest& step) const;
+  [[nodiscard]] const kv::Deployment& deployment() const { return m_deployment; }
+  [[nodiscard]] const StepShape& shape() const { return m_cost.shape(); }
+
+private:
+  RooflineRequest m_req;
+  kv::Deployment m_deployment;
+  StepCost m_cost;
+  std::optional<StepCost> m_draft; ///< the MTP module, when the deployment drafts
+  bool m_weights_fit = true;
+  std::string m_weights_note;
 };
 
 /// Where absorbed MLA stops paying, for chunks of s tokens over a prefix of P (docs/formulas.md).
