@@ -428,8 +428,8 @@ std::vector<u64> int_list(const MapReader& scope, std::string_view key, u64 laye
   return out;
 }
 
-Layout read_layout(const ConfigView& c, u64 layers, Diagnostics& diag) {
-  Layout out;
+/// Stops at a family kvcalc knows but does not model (k_refused), saying why.
+void refuse_unmodelled_family(const ConfigView& c) {
   const std::string& type = c.model_type();
   for (const auto& r : k_refused) {
     if (type == r.model_type) {
@@ -439,178 +439,276 @@ Layout read_layout(const ConfigView& c, u64 layers, Diagnostics& diag) {
                            "it (docs/model-format.md)");
     }
   }
-  // Nemotron-H: one character per layer.
-  if (auto hit = c.find({"hybrid_override_pattern"})) {
-    const MapReader& scope = *hit->first;
-    c.locations()->add("layer_pattern", scope.where(hit->second));
-    std::string pattern = *scope.text(hit->second);
-    if (pattern.size() != layers) {
-      scope.fail(hit->second, "hybrid_override_pattern has " + std::to_string(pattern.size()) +
-                                  " characters but the model has " + std::to_string(layers) +
-                                  " layers");
-    }
-    for (char ch : pattern) {
-      switch (ch) {
-      case 'M':
-        out.types.push_back(LayerType::state);
-        out.ffn.push_back(FfnType::none);
-        break;
-      case '*':
-        out.types.push_back(LayerType::full);
-        out.ffn.push_back(FfnType::none);
-        break;
-      case '-':
-        out.types.push_back(LayerType::none);
-        out.ffn.push_back(FfnType::dense);
-        break;
-      case 'E':
-        out.types.push_back(LayerType::none);
-        out.ffn.push_back(FfnType::moe);
-        break;
-      default:
-        scope.fail(hit->second, std::string("hybrid_override_pattern character '") + ch +
-                                    "' is not one kvcalc reads (M: Mamba-2, *: attention, -: "
-                                    "MLP, E: MoE)");
-      }
-    }
-    out.state = StateKind::mamba2;
-    return out;
+}
+
+// One decoder per encoding of the layer layout. Each reads its own keys only and gives nullopt
+// when the config does not use its encoding; read_layout tries them in k_layout_decoders' order.
+
+/// Nemotron-H's `hybrid_override_pattern`, one character per layer: M a Mamba-2 mixer,
+/// * attention, - an MLP-only block, E an MoE-only block.
+std::optional<Layout> hybrid_override_layout(const ConfigView& c, u64 layers,
+                                             Diagnostics& /*diag*/) {
+  auto hit = c.find({"hybrid_override_pattern"});
+  if (!hit) {
+    return std::nullopt;
   }
-  if (auto hit = c.find({"layer_types", "layers_block_type"})) {
-    const MapReader& scope = *hit->first;
-    c.locations()->add("layer_pattern", scope.where(hit->second));
-    YAML::Node list = scope.node(hit->second);
-    if (!list.IsSequence() || list.size() != layers) {
-      scope.fail(hit->second, std::string(hit->second) + " must list one type per layer (" +
-                                  std::to_string(layers) + " layers)");
-    }
-    bool ffn = false;
-    for (const auto& item : list) {
-      auto [mixer, part] = layer_word(item, scope);
-      out.types.push_back(mixer);
-      ffn = ffn || part.has_value();
-      out.ffn.push_back(part.value_or(FfnType::none));
-    }
-    if (!ffn) {
-      out.ffn.clear();
-    }
-    out.state = state_kind_of(c);
-    return out;
+  const MapReader& scope = *hit->first;
+  c.locations()->add("layer_pattern", scope.where(hit->second));
+  std::string pattern = *scope.text(hit->second);
+  if (pattern.size() != layers) {
+    scope.fail(hit->second, "hybrid_override_pattern has " + std::to_string(pattern.size()) +
+                                " characters but the model has " + std::to_string(layers) +
+                                " layers");
   }
-  // MiniMax: 0 lightning (linear) attention, 1 softmax attention.
-  if (auto hit = c.find({"attn_type_list", "decoder_attention_types"})) {
-    for (u64 v : int_list(*hit->first, hit->second, layers, true)) {
-      if (v > 1) {
-        hit->first->fail(hit->second,
-                         std::string(hit->second) + " entries must be 0 (linear) or 1 (softmax)");
-      }
-      out.types.push_back(v == 1 ? LayerType::full : LayerType::state);
+  Layout out;
+  for (char ch : pattern) {
+    switch (ch) {
+    case 'M':
+      out.types.push_back(LayerType::state);
+      out.ffn.push_back(FfnType::none);
+      break;
+    case '*':
+      out.types.push_back(LayerType::full);
+      out.ffn.push_back(FfnType::none);
+      break;
+    case '-':
+      out.types.push_back(LayerType::none);
+      out.ffn.push_back(FfnType::dense);
+      break;
+    case 'E':
+      out.types.push_back(LayerType::none);
+      out.ffn.push_back(FfnType::moe);
+      break;
+    default:
+      scope.fail(hit->second, std::string("hybrid_override_pattern character '") + ch +
+                                  "' is not one kvcalc reads (M: Mamba-2, *: attention, -: "
+                                  "MLP, E: MoE)");
     }
-    out.state = StateKind::lightning;
-    return out;
   }
-  // Kimi-Linear: 1-based lists of KDA and full-attention (MLA) layers.
-  if (auto linear = c.map("linear_attn_config"); linear && linear->has("kda_layers")) {
-    out.types.assign(layers, LayerType::none);
-    std::vector<bool> seen(layers, false);
-    for (auto [key, t] : {std::pair{"kda_layers", LayerType::state},
-                          std::pair{"full_attn_layers", LayerType::full}}) {
-      if (!linear->has(key)) {
-        continue;
-      }
-      for (u64 one_based : int_list(*linear, key, layers, false)) {
-        if (one_based == 0 || one_based > layers || seen[one_based - 1]) {
-          linear->fail(key, std::string(key) + " entries are 1-based layer numbers from 1 to " +
-                                std::to_string(layers) + ", each once; got " +
-                                std::to_string(one_based));
-        }
-        seen[one_based - 1] = true;
-        out.types[one_based - 1] = t;
-      }
-    }
-    if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
-      linear->fail("kda_layers", "kda_layers and full_attn_layers must name every layer");
-    }
-    out.state = StateKind::kda;
-    return out;
+  out.state = StateKind::mamba2;
+  return out;
+}
+
+/// `layer_types` (or `layers_block_type`), one word per layer (layer_word); the feed-forward
+/// parts only where a word names an MLP-only or MoE-only block, the state kind from the keys.
+std::optional<Layout> layer_types_layout(const ConfigView& c, u64 layers, Diagnostics& /*diag*/) {
+  auto hit = c.find({"layer_types", "layers_block_type"});
+  if (!hit) {
+    return std::nullopt;
   }
-  // Qwen3-Next without layer_types: every interval-th layer is full attention.
-  if (auto interval = c.count({"full_attention_interval"}, "layer_pattern")) {
-    if (*interval == 0) {
-      throw InputError(c.scopes().front().where("full_attention_interval"),
-                       "full_attention_interval must be at least 1");
+  const MapReader& scope = *hit->first;
+  c.locations()->add("layer_pattern", scope.where(hit->second));
+  YAML::Node list = scope.node(hit->second);
+  if (!list.IsSequence() || list.size() != layers) {
+    scope.fail(hit->second, std::string(hit->second) + " must list one type per layer (" +
+                                std::to_string(layers) + " layers)");
+  }
+  Layout out;
+  bool ffn = false;
+  for (const auto& item : list) {
+    auto [mixer, part] = layer_word(item, scope);
+    out.types.push_back(mixer);
+    ffn = ffn || part.has_value();
+    out.ffn.push_back(part.value_or(FfnType::none));
+  }
+  if (!ffn) {
+    out.ffn.clear();
+  }
+  out.state = state_kind_of(c);
+  return out;
+}
+
+/// MiniMax's `attn_type_list` (or `decoder_attention_types`), one entry per layer: 0 lightning
+/// (linear) attention, 1 softmax attention.
+std::optional<Layout> attn_type_list_layout(const ConfigView& c, u64 layers,
+                                            Diagnostics& /*diag*/) {
+  auto hit = c.find({"attn_type_list", "decoder_attention_types"});
+  if (!hit) {
+    return std::nullopt;
+  }
+  Layout out;
+  for (u64 v : int_list(*hit->first, hit->second, layers, true)) {
+    if (v > 1) {
+      hit->first->fail(hit->second,
+                       std::string(hit->second) + " entries must be 0 (linear) or 1 (softmax)");
+    }
+    out.types.push_back(v == 1 ? LayerType::full : LayerType::state);
+  }
+  out.state = StateKind::lightning;
+  return out;
+}
+
+/// Kimi-Linear's `linear_attn_config`: `kda_layers` and `full_attn_layers`, 1-based layer
+/// numbers of the KDA and the full-attention (MLA) layers, together naming each layer once.
+std::optional<Layout> kda_layers_layout(const ConfigView& c, u64 layers, Diagnostics& /*diag*/) {
+  auto linear = c.map("linear_attn_config");
+  if (!linear || !linear->has("kda_layers")) {
+    return std::nullopt;
+  }
+  Layout out;
+  out.types.assign(layers, LayerType::none);
+  std::vector<bool> seen(layers, false);
+  for (auto [key, t] : {std::pair{"kda_layers", LayerType::state},
+                        std::pair{"full_attn_layers", LayerType::full}}) {
+    if (!linear->has(key)) {
+      continue;
+    }
+    for (u64 one_based : int_list(*linear, key, layers, false)) {
+      if (one_based == 0 || one_based > layers || seen[one_based - 1]) {
+        linear->fail(key, std::string(key) + " entries are 1-based layer numbers from 1 to " +
+                              std::to_string(layers) + ", each once; got " +
+                              std::to_string(one_based));
+      }
+      seen[one_based - 1] = true;
+      out.types[one_based - 1] = t;
+    }
+  }
+  if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
+    linear->fail("kda_layers", "kda_layers and full_attn_layers must name every layer");
+  }
+  out.state = StateKind::kda;
+  return out;
+}
+
+/// Qwen3-Next's `full_attention_interval` (a config without layer_types): every interval-th
+/// layer is full attention, the others are state layers of the kind the keys describe.
+std::optional<Layout> full_attention_interval_layout(const ConfigView& c, u64 layers,
+                                                     Diagnostics& /*diag*/) {
+  auto interval = c.count({"full_attention_interval"}, "layer_pattern");
+  if (!interval) {
+    return std::nullopt;
+  }
+  if (*interval == 0) {
+    throw InputError(c.scopes().front().where("full_attention_interval"),
+                     "full_attention_interval must be at least 1");
+  }
+  Layout out;
+  for (u64 i = 0; i < layers; ++i) {
+    out.types.push_back((i + 1) % *interval == 0 ? LayerType::full : LayerType::state);
+  }
+  out.state = state_kind_of(c);
+  return out;
+}
+
+/// Jamba's `attn_layer_period` and `attn_layer_offset` (default 0): attention where
+/// i % period == offset, Mamba elsewhere.
+std::optional<Layout> attn_layer_period_layout(const ConfigView& c, u64 layers,
+                                               Diagnostics& /*diag*/) {
+  auto period = c.count({"attn_layer_period"}, "layer_pattern");
+  if (!period) {
+    return std::nullopt;
+  }
+  u64 offset = c.count({"attn_layer_offset"}, "layer_pattern").value_or(0);
+  if (*period == 0 || offset >= *period) {
+    throw InputError(c.scopes().front().where("attn_layer_period"),
+                     "attn_layer_period must be at least 1 and above attn_layer_offset");
+  }
+  Layout out;
+  for (u64 i = 0; i < layers; ++i) {
+    out.types.push_back(i % *period == offset ? LayerType::full : LayerType::state);
+  }
+  out.state = StateKind::mamba1;
+  return out;
+}
+
+/// Bamba's `attn_layer_indices`: attention on the listed (0-based) layers, Mamba-2 elsewhere.
+std::optional<Layout> attn_layer_indices_layout(const ConfigView& c, u64 layers,
+                                                Diagnostics& /*diag*/) {
+  auto hit = c.find({"attn_layer_indices"});
+  if (!hit) {
+    return std::nullopt;
+  }
+  Layout out;
+  out.types.assign(layers, LayerType::state);
+  for (u64 i : int_list(*hit->first, hit->second, layers, false)) {
+    if (i >= layers) {
+      hit->first->fail(hit->second,
+                       "attn_layer_indices entries must be below " + std::to_string(layers));
+    }
+    out.types[i] = LayerType::full;
+  }
+  out.state = StateKind::mamba2;
+  return out;
+}
+
+/// The attention-free families, by model_type alone (mamba, mamba2, falcon_mamba): every layer
+/// is a Mamba mixer with no feed-forward part.
+std::optional<Layout> attention_free_layout(const ConfigView& c, u64 layers,
+                                            Diagnostics& /*diag*/) {
+  const std::string& type = c.model_type();
+  if (type != "mamba" && type != "mamba2" && type != "falcon_mamba") {
+    return std::nullopt;
+  }
+  Layout out;
+  out.types.assign(layers, LayerType::state);
+  out.ffn.assign(layers, FfnType::none);
+  out.state = type == "mamba2" ? StateKind::mamba2 : StateKind::mamba1;
+  return out;
+}
+
+/// Llama 4's `attention_chunk_size` (when above 0): RoPE layers attend over their chunk, NoPE
+/// layers over everything. `no_rope_layers` marks each layer (0: NoPE); without it every
+/// `no_rope_layer_interval`-th layer is NoPE (4, transformers' default, with a warning).
+std::optional<Layout> chunked_attention_layout(const ConfigView& c, u64 layers, Diagnostics& diag) {
+  auto chunk = c.count({"attention_chunk_size"}, "attention_chunk");
+  if (!chunk || *chunk == 0) {
+    return std::nullopt;
+  }
+  std::vector<u64> rope;
+  if (auto hit = c.find({"no_rope_layers"})) {
+    rope = int_list(*hit->first, hit->second, layers, false);
+    if (!rope.empty() && rope.size() != layers) {
+      hit->first->fail(hit->second, "no_rope_layers must list one value per layer (" +
+                                        std::to_string(layers) + ") or be empty");
+    }
+  }
+  if (rope.empty()) {
+    u64 interval = c.count({"no_rope_layer_interval"}, "layer_pattern").value_or(4);
+    if (interval == 0) {
+      throw InputError(SourceLocation{c.file(), 1, 1}, "no_rope_layer_interval must be at least 1");
     }
     for (u64 i = 0; i < layers; ++i) {
-      out.types.push_back((i + 1) % *interval == 0 ? LayerType::full : LayerType::state);
+      rope.push_back((i + 1) % interval != 0 ? 1 : 0);
     }
-    out.state = state_kind_of(c);
-    return out;
+    if (!c.present("no_rope_layer_interval")) {
+      diag.warnings.push_back("config has attention_chunk_size but no no_rope_layers: every " +
+                              std::to_string(interval) +
+                              "th layer is taken to be a global (NoPE) layer, as in "
+                              "transformers' Llama4TextConfig");
+    }
   }
-  // Jamba: attention where i % period == offset, Mamba elsewhere.
-  if (auto period = c.count({"attn_layer_period"}, "layer_pattern")) {
-    u64 offset = c.count({"attn_layer_offset"}, "layer_pattern").value_or(0);
-    if (*period == 0 || offset >= *period) {
-      throw InputError(c.scopes().front().where("attn_layer_period"),
-                       "attn_layer_period must be at least 1 and above attn_layer_offset");
-    }
-    for (u64 i = 0; i < layers; ++i) {
-      out.types.push_back(i % *period == offset ? LayerType::full : LayerType::state);
-    }
-    out.state = StateKind::mamba1;
-    return out;
+  Layout out;
+  for (u64 r : rope) {
+    out.types.push_back(r != 0 ? LayerType::chunked : LayerType::full);
   }
-  // Bamba: attention on the listed layers.
-  if (auto hit = c.find({"attn_layer_indices"})) {
-    out.types.assign(layers, LayerType::state);
-    for (u64 i : int_list(*hit->first, hit->second, layers, false)) {
-      if (i >= layers) {
-        hit->first->fail(hit->second,
-                         "attn_layer_indices entries must be below " + std::to_string(layers));
-      }
-      out.types[i] = LayerType::full;
+  return out;
+}
+
+using LayoutDecoder = std::optional<Layout> (*)(const ConfigView&, u64 layers, Diagnostics&);
+
+/// The layout encodings in the order they are tried: the first one a config carries wins.
+constexpr std::array<LayoutDecoder, 9> k_layout_decoders{
+    hybrid_override_layout,         // hybrid_override_pattern (Nemotron-H)
+    layer_types_layout,             // layer_types, layers_block_type
+    attn_type_list_layout,          // attn_type_list, decoder_attention_types (MiniMax)
+    kda_layers_layout,              // linear_attn_config: kda_layers, full_attn_layers (Kimi)
+    full_attention_interval_layout, // full_attention_interval (Qwen3-Next)
+    attn_layer_period_layout,       // attn_layer_period, attn_layer_offset (Jamba)
+    attn_layer_indices_layout,      // attn_layer_indices (Bamba)
+    attention_free_layout,          // model_type mamba, mamba2, falcon_mamba
+    chunked_attention_layout,       // attention_chunk_size, no_rope_layers (Llama 4)
+};
+
+/// The layout of whichever encoding the config carries; with none, every layer is full
+/// attention (read_windows then decides which of them slide).
+Layout read_layout(const ConfigView& c, u64 layers, Diagnostics& diag) {
+  refuse_unmodelled_family(c);
+  for (LayoutDecoder decode : k_layout_decoders) {
+    if (std::optional<Layout> layout = decode(c, layers, diag)) {
+      return std::move(*layout);
     }
-    out.state = StateKind::mamba2;
-    return out;
   }
-  // Attention-free models: every layer is a Mamba mixer.
-  if (type == "mamba" || type == "mamba2" || type == "falcon_mamba") {
-    out.types.assign(layers, LayerType::state);
-    out.ffn.assign(layers, FfnType::none);
-    out.state = type == "mamba2" ? StateKind::mamba2 : StateKind::mamba1;
-    return out;
-  }
-  // Llama 4: RoPE layers attend over their chunk; NoPE layers (every interval-th, or those
-  // no_rope_layers marks 0) attend over everything.
-  if (auto chunk = c.count({"attention_chunk_size"}, "attention_chunk"); chunk && *chunk > 0) {
-    std::vector<u64> rope;
-    if (auto hit = c.find({"no_rope_layers"})) {
-      rope = int_list(*hit->first, hit->second, layers, false);
-      if (!rope.empty() && rope.size() != layers) {
-        hit->first->fail(hit->second, "no_rope_layers must list one value per layer (" +
-                                          std::to_string(layers) + ") or be empty");
-      }
-    }
-    if (rope.empty()) {
-      u64 interval = c.count({"no_rope_layer_interval"}, "layer_pattern").value_or(4);
-      if (interval == 0) {
-        throw InputError(SourceLocation{c.file(), 1, 1},
-                         "no_rope_layer_interval must be at least 1");
-      }
-      for (u64 i = 0; i < layers; ++i) {
-        rope.push_back((i + 1) % interval != 0 ? 1 : 0);
-      }
-      if (!c.present("no_rope_layer_interval")) {
-        diag.warnings.push_back("config has attention_chunk_size but no no_rope_layers: every " +
-                                std::to_string(interval) +
-                                "th layer is taken to be a global (NoPE) layer, as in "
-                                "transformers' Llama4TextConfig");
-      }
-    }
-    for (u64 r : rope) {
-      out.types.push_back(r != 0 ? LayerType::chunked : LayerType::full);
-    }
-    return out;
-  }
+  Layout out;
   out.types.assign(layers, LayerType::full);
   return out;
 }

@@ -286,3 +286,170 @@ TEST_CASE("a config.json of more values than kvcalc reads is refused before it i
   std::string fine = with_list(100000);
   CHECK(parse_hf_config(fine, "fine.json", d).layers == 32);
 }
+
+namespace {
+
+/// A 4-layer config of width 64 and a vocabulary of 100, with `keys` (its model_type among them).
+Model four_layers(const std::string& keys, Diagnostics& d) {
+  std::string config = R"({"num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 100, )"
+                       R"("torch_dtype": "bfloat16", )";
+  return parse_hf_config(config + keys + "}", "layout.json", d);
+}
+
+/// `keys` and the attention of the attending layers: 4 heads of 16 over 2 KV heads.
+std::string attending(const std::string& keys) {
+  return keys + R"(, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16)";
+}
+
+} // namespace
+
+// One case per encoding of the layer layout (docs/model-format.md, "Importing a config.json"),
+// each expectation read from the encoding's rule, not from the program.
+TEST_CASE("each layout encoding of a config.json gives its layers", "[hf][layout]") {
+  using L = LayerType;
+  using F = FfnType;
+  Diagnostics d;
+  SECTION("Nemotron-H's hybrid_override_pattern: a mixer or a feed-forward part per character") {
+    // M: Mamba-2, *: attention, -: MLP, E: MoE; a block is either a mixer or an FFN.
+    Model m = four_layers(attending(R"("model_type": "nemotron_h",
+      "hybrid_override_pattern": "M*-E", "intermediate_size": 128, "n_routed_experts": 4,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 32, "mamba_num_heads": 4,
+      "mamba_head_dim": 16, "n_groups": 1, "ssm_state_size": 16, "conv_kernel": 4)"),
+                          d);
+    CHECK(m.layer_types == std::vector{L::state, L::full, L::none, L::none});
+    CHECK(m.ffn_types == std::vector{F::none, F::none, F::dense, F::moe});
+    REQUIRE(m.state);
+    CHECK(m.state->kind == StateKind::mamba2);
+    CHECK(m.state->inner == 4 * 16); // mamba_num_heads × mamba_head_dim
+    CHECK_THROWS_WITH(
+        four_layers(R"("model_type": "nemotron_h", "hybrid_override_pattern": "M*-X")", d),
+        Catch::Contains("hybrid_override_pattern character 'X' is not one kvcalc reads"));
+    CHECK_THROWS_WITH(
+        four_layers(R"("model_type": "nemotron_h", "hybrid_override_pattern": "M*-")", d),
+        Catch::Contains("hybrid_override_pattern has 3 characters but the model has 4 layers"));
+  }
+  SECTION("layer_types: one word per layer, the feed-forward parts from the MLP keys") {
+    Model m = four_layers(attending(R"("model_type": "gemma3_text", "intermediate_size": 128,
+      "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention",
+      "sliding_attention", "full_attention"])"),
+                          d);
+    CHECK(m.layer_types == std::vector{L::sliding, L::full, L::sliding, L::full});
+    CHECK(m.ffn_types == std::vector(4, F::dense));
+    CHECK(m.sliding_window == 8);
+    // Nemotron-H's block words: each block a mixer or a feed-forward part, as in its pattern.
+    Model blocks = four_layers(attending(R"("model_type": "nemotron_h",
+      "layers_block_type": ["mamba", "attention", "mlp", "moe"], "intermediate_size": 128,
+      "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+      "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 1, "ssm_state_size": 16,
+      "conv_kernel": 4)"),
+                               d);
+    CHECK(blocks.layer_types == std::vector{L::state, L::full, L::none, L::none});
+    CHECK(blocks.ffn_types == std::vector{F::none, F::none, F::dense, F::moe});
+    REQUIRE(blocks.state);
+    CHECK(blocks.state->kind == StateKind::mamba2); // from mamba_num_heads
+    CHECK_THROWS_WITH(four_layers(R"("model_type": "x", "layer_types": ["full_attention"])", d),
+                      Catch::Contains("layer_types must list one type per layer (4 layers)"));
+  }
+  SECTION("MiniMax's attn_type_list: 0 lightning attention, 1 softmax attention") {
+    Model m = four_layers(attending(R"("model_type": "minimax", "intermediate_size": 128,
+      "attn_type_list": [0, 1, 0, 1])"),
+                          d);
+    CHECK(m.layer_types == std::vector{L::state, L::full, L::state, L::full});
+    REQUIRE(m.state);
+    CHECK(m.state->kind == StateKind::lightning);
+    CHECK(m.state->heads == 4);     // num_attention_heads
+    CHECK(m.state->head_dim == 16); // the attention's head_dim
+    CHECK_THROWS_WITH(four_layers(R"("model_type": "minimax", "attn_type_list": [0, 1, 2, 1])", d),
+                      Catch::Contains("attn_type_list entries must be 0 (linear) or 1 (softmax)"));
+  }
+  SECTION("Kimi-Linear's 1-based kda_layers and full_attn_layers") {
+    auto kimi = [&](const std::string& lists) {
+      return four_layers(attending(R"("model_type": "kimi_linear", "intermediate_size": 128,
+        "linear_attn_config": {"num_heads": 4, "head_dim": 16, )" +
+                                   lists + "}"),
+                         d);
+    };
+    Model m = kimi(R"("kda_layers": [1, 2, 3], "full_attn_layers": [4])");
+    CHECK(m.layer_types == std::vector{L::state, L::state, L::state, L::full});
+    REQUIRE(m.state);
+    CHECK(m.state->kind == StateKind::kda);
+    CHECK(m.state->conv_kernel == 4); // short_conv_kernel_size's default
+    CHECK_THROWS_WITH(kimi(R"("kda_layers": [1, 2], "full_attn_layers": [4])"),
+                      Catch::Contains("kda_layers and full_attn_layers must name every layer"));
+    CHECK_THROWS_WITH(kimi(R"("kda_layers": [0, 1, 2], "full_attn_layers": [4])"),
+                      Catch::Contains("kda_layers entries are 1-based layer numbers from 1 to 4, "
+                                      "each once; got 0"));
+    CHECK_THROWS_WITH(kimi(R"("kda_layers": [1, 2, 3], "full_attn_layers": [3])"),
+                      Catch::Contains("full_attn_layers entries are 1-based layer numbers from 1 "
+                                      "to 4, each once; got 3"));
+  }
+  SECTION("Qwen3-Next's full_attention_interval: every interval-th layer attends") {
+    Model m = four_layers(attending(R"("model_type": "qwen3_next", "intermediate_size": 128,
+      "full_attention_interval": 2, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+      "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4)"),
+                          d);
+    CHECK(m.layer_types == std::vector{L::state, L::full, L::state, L::full});
+    REQUIRE(m.state);
+    CHECK(m.state->kind == StateKind::gated_deltanet); // from linear_num_value_heads
+    CHECK_THROWS_WITH(four_layers(R"("model_type": "x", "full_attention_interval": 0)", d),
+                      Catch::Contains("full_attention_interval must be at least 1"));
+  }
+  SECTION("Jamba's attn_layer_period and attn_layer_offset: attention where i % period == offset") {
+    Model m = four_layers(attending(R"("model_type": "jamba", "intermediate_size": 128,
+      "attn_layer_period": 4, "attn_layer_offset": 1, "mamba_d_state": 16, "mamba_d_conv": 4,
+      "mamba_expand": 2)"),
+                          d);
+    CHECK(m.layer_types == std::vector{L::state, L::full, L::state, L::state});
+    REQUIRE(m.state);
+    CHECK(m.state->kind == StateKind::mamba1);
+    CHECK(m.state->inner == 2 * 64); // mamba_expand × hidden_size
+    CHECK_THROWS_WITH(
+        four_layers(R"("model_type": "jamba", "attn_layer_period": 2, "attn_layer_offset": 2)", d),
+        Catch::Contains("attn_layer_period must be at least 1 and above attn_layer_offset"));
+  }
+  SECTION("Bamba's attn_layer_indices: attention on the listed layers, Mamba-2 elsewhere") {
+    Model m = four_layers(attending(R"("model_type": "bamba", "intermediate_size": 128,
+      "attn_layer_indices": [2], "mamba_n_heads": 4, "mamba_d_head": 32, "mamba_n_groups": 1,
+      "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2)"),
+                          d);
+    CHECK(m.layer_types == std::vector{L::state, L::state, L::full, L::state});
+    REQUIRE(m.state);
+    CHECK(m.state->kind == StateKind::mamba2);
+    CHECK(m.state->inner == 2 * 64); // mamba_expand × hidden_size
+    CHECK_THROWS_WITH(four_layers(R"("model_type": "bamba", "attn_layer_indices": [4])", d),
+                      Catch::Contains("attn_layer_indices entries must be below 4"));
+  }
+  SECTION("mamba, mamba2 and falcon_mamba: every layer a Mamba mixer and nothing else") {
+    Model m = four_layers(
+        R"("model_type": "mamba", "state_size": 16, "conv_kernel": 4, "intermediate_size": 128)",
+        d);
+    CHECK(m.layer_types == std::vector(4, L::state));
+    CHECK(m.ffn_types == std::vector(4, F::none));
+    REQUIRE(m.state);
+    CHECK(m.state->kind == StateKind::mamba1);
+    CHECK(m.state->inner == 128); // intermediate_size, the model having no attention
+  }
+  SECTION("Llama 4's attention_chunk_size: RoPE layers chunked, NoPE layers global") {
+    const std::string llama4 = attending(R"("model_type": "llama4_text", "intermediate_size": 128,
+      "max_position_embeddings": 1024, "attention_chunk_size": 8)");
+    Model listed = four_layers(llama4 + R"(, "no_rope_layers": [1, 0, 1, 1])", d);
+    CHECK(listed.layer_types == std::vector{L::chunked, L::full, L::chunked, L::chunked});
+    CHECK(listed.attention_chunk == 8);
+    Model every_second = four_layers(llama4 + R"(, "no_rope_layer_interval": 2)", d);
+    CHECK(every_second.layer_types == std::vector{L::chunked, L::full, L::chunked, L::full});
+    CHECK_FALSE(mentions(d, "no no_rope_layers"));
+    // Neither: every 4th layer is NoPE (Llama4TextConfig's default), said in a warning.
+    Model by_default = four_layers(llama4, d);
+    CHECK(by_default.layer_types == std::vector{L::chunked, L::chunked, L::chunked, L::full});
+    CHECK(mentions(d, "config has attention_chunk_size but no no_rope_layers: every 4th layer"));
+  }
+  SECTION("no encoding: every layer is full attention") {
+    Model m = four_layers(attending(R"("model_type": "llama", "intermediate_size": 128)"), d);
+    CHECK(m.layer_types == std::vector(4, L::full));
+  }
+  SECTION("a family kvcalc does not model is refused before its layout is read") {
+    CHECK_THROWS_WITH(four_layers(R"("model_type": "falcon_h1", "layer_types": ["x"])", d),
+                      Catch::Contains("model_type 'falcon_h1' runs attention and a Mamba-2 mixer "
+                                      "in parallel in every layer; kvcalc does not model it"));
+  }
+}
