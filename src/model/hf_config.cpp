@@ -985,90 +985,71 @@ void read_state(const ConfigView& c, Model& m, std::optional<StateKind> kind, Di
   m.state = s;
 }
 
-/// What the MoE keys say: the experts, and on which layers.
-void read_ffn(const ConfigView& c, Model& m, Layout& layout, Diagnostics& diag) {
+/// The experts of a config with `routed` of them. Where the config gives the dense layers a width
+/// beside the experts', it goes to m.mlp.intermediate_size (0 where it gives none).
+Moe read_experts(const ConfigView& c, Model& m, u64 routed) {
   const std::string& type = c.model_type();
-  m.mlp.kind = contains(k_plain_mlp, type) ? MlpKind::plain : MlpKind::gated;
-  auto routed =
-      c.count({"n_routed_experts", "num_local_experts", "num_experts"}, "moe.routed_experts");
-  bool moe = routed && *routed > 1;
-  auto dense_width = [&] {
-    return c.count({"intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_hidden_size"},
-                   "mlp.intermediate_size");
-  };
-  if (moe) {
-    Moe e;
-    e.routed_experts = *routed;
-    e.experts_per_token = c.required(
-        {"num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk"},
-        "moe.experts_per_token", "experts each token is routed to");
-    if (auto expert = c.count({"moe_intermediate_size"}, "moe.expert_intermediate_size")) {
-      e.expert_intermediate_size = *expert;
-      m.mlp.intermediate_size =
-          c.count({"intermediate_size", "ffn_hidden_size"}, "mlp.intermediate_size").value_or(0);
-    } else {
-      e.expert_intermediate_size = c.required({"intermediate_size"}, "moe.expert_intermediate_size",
-                                              "the MLP width of one expert");
-      // Llama 4's dense layers have a width of their own.
-      m.mlp.intermediate_size =
-          c.count({"intermediate_size_mlp"}, "mlp.intermediate_size").value_or(0);
-    }
-    e.shared_experts =
-        c.count({"n_shared_experts", "num_shared_experts"}, "moe.shared_experts").value_or(0);
-    if (type == "llama4_text" || type == "llama4") {
-      e.shared_experts = 1; // Llama4TextMoe always has one shared expert of the expert width
-    }
-    e.shared_expert_intermediate_size = checked_mul(e.shared_experts, e.expert_intermediate_size);
-    if (auto shared = c.count({"shared_expert_intermediate_size", "shared_intermediate_size"},
-                              "moe.shared_experts")) {
-      if (*shared > 0) {
-        e.shared_experts = std::max<u64>(e.shared_experts, 1);
-      }
-      e.shared_expert_intermediate_size = *shared;
-      if (*shared == 0) {
-        e.shared_experts = 0;
-      }
-    }
-    e.first_dense_layers = c.count({"first_k_dense_replace"}, "moe.first_dense_layers").value_or(0);
-    // DeepSeek-V3's noaux_tc routing adds a per-expert correction bias (transformers'
-    // DeepseekV3 router always has it); gpt-oss has a router bias.
-    e.router_bias = c.text({"topk_method"}).value_or("") == "noaux_tc" || type == "deepseek_v3" ||
-                    type == "kimi_k2" || type == "deepseek_v32" || type == "gpt_oss" ||
-                    type == "glm4_moe" || type == "kimi_linear";
-    // Qwen2-MoE and Qwen3-Next gate their shared expert's output (shared_expert_gate, 1 × h).
-    e.shared_gate = e.shared_expert_intermediate_size > 0 &&
-                    (type == "qwen2_moe" || type == "qwen3_next" || type == "qwen3_5_moe_text");
-    m.moe = e;
+  Moe e;
+  e.routed_experts = routed;
+  e.experts_per_token =
+      c.required({"num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk"},
+                 "moe.experts_per_token", "experts each token is routed to");
+  if (auto expert = c.count({"moe_intermediate_size"}, "moe.expert_intermediate_size")) {
+    e.expert_intermediate_size = *expert;
+    m.mlp.intermediate_size =
+        c.count({"intermediate_size", "ffn_hidden_size"}, "mlp.intermediate_size").value_or(0);
   } else {
-    auto width = dense_width();
-    m.mlp.intermediate_size = width && *width > 0 ? *width : checked_mul(4, m.hidden_size);
-    if ((!width || *width == 0) && std::any_of(m.layer_types.begin(), m.layer_types.end(),
-                                               [](LayerType t) { return t != LayerType::state; })) {
-      diag.warnings.push_back("config has no MLP width: taking 4 × hidden_size = " +
-                              std::to_string(m.mlp.intermediate_size));
+    e.expert_intermediate_size = c.required({"intermediate_size"}, "moe.expert_intermediate_size",
+                                            "the MLP width of one expert");
+    // Llama 4's dense layers have a width of their own.
+    m.mlp.intermediate_size =
+        c.count({"intermediate_size_mlp"}, "mlp.intermediate_size").value_or(0);
+  }
+  e.shared_experts =
+      c.count({"n_shared_experts", "num_shared_experts"}, "moe.shared_experts").value_or(0);
+  if (type == "llama4_text" || type == "llama4") {
+    e.shared_experts = 1; // Llama4TextMoe always has one shared expert of the expert width
+  }
+  e.shared_expert_intermediate_size = checked_mul(e.shared_experts, e.expert_intermediate_size);
+  if (auto shared = c.count({"shared_expert_intermediate_size", "shared_intermediate_size"},
+                            "moe.shared_experts")) {
+    if (*shared > 0) {
+      e.shared_experts = std::max<u64>(e.shared_experts, 1);
+    }
+    e.shared_expert_intermediate_size = *shared;
+    if (*shared == 0) {
+      e.shared_experts = 0;
     }
   }
-  c.consume({"moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
-             "interleave_moe_layer_step", "moe_layers", "expert_layer_period",
-             "expert_layer_offset"});
-  if (!layout.ffn.empty()) {
-    m.ffn_types = layout.ffn;
-    if (std::find(m.ffn_types.begin(), m.ffn_types.end(), FfnType::dense) == m.ffn_types.end()) {
-      m.mlp.intermediate_size = 0; // no dense layer: an intermediate_size is the state's
-    }
-    if (m.moe &&
-        std::find(m.ffn_types.begin(), m.ffn_types.end(), FfnType::moe) == m.ffn_types.end()) {
-      m.moe.reset();
-    }
-    return;
+  e.first_dense_layers = c.count({"first_k_dense_replace"}, "moe.first_dense_layers").value_or(0);
+  // DeepSeek-V3's noaux_tc routing adds a per-expert correction bias (transformers'
+  // DeepseekV3 router always has it); gpt-oss has a router bias.
+  e.router_bias = c.text({"topk_method"}).value_or("") == "noaux_tc" || type == "deepseek_v3" ||
+                  type == "kimi_k2" || type == "deepseek_v32" || type == "gpt_oss" ||
+                  type == "glm4_moe" || type == "kimi_linear";
+  // Qwen2-MoE and Qwen3-Next gate their shared expert's output (shared_expert_gate, 1 × h).
+  e.shared_gate = e.shared_expert_intermediate_size > 0 &&
+                  (type == "qwen2_moe" || type == "qwen3_next" || type == "qwen3_5_moe_text");
+  return e;
+}
+
+/// The MLP width of a model with no experts; without one in the config, 4 × hidden_size.
+void read_dense_width(const ConfigView& c, Model& m, Diagnostics& diag) {
+  auto width = c.count({"intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_hidden_size"},
+                       "mlp.intermediate_size");
+  m.mlp.intermediate_size = width && *width > 0 ? *width : checked_mul(4, m.hidden_size);
+  if ((!width || *width == 0) && std::any_of(m.layer_types.begin(), m.layer_types.end(),
+                                             [](LayerType t) { return t != LayerType::state; })) {
+    diag.warnings.push_back("config has no MLP width: taking 4 × hidden_size = " +
+                            std::to_string(m.mlp.intermediate_size));
   }
-  if (!moe) {
-    m.ffn_types.assign(m.layers, FfnType::dense);
-    return;
-  }
-  // Which layers are MoE: DeepSeek's first_k_dense_replace and moe_layer_freq (an interval or
-  // a per-layer list), Qwen's decoder_sparse_step and mlp_only_layers, Llama 4's
-  // interleave_moe_layer_step, Jamba's expert period and offset.
+}
+
+/// Which layers of an MoE model are MoE: the rules the config has, each applied over those
+/// before it, DeepSeek's first_k_dense_replace and moe_layer_freq (an interval or a per-layer
+/// list), Qwen's decoder_sparse_step, Llama 4's interleave_moe_layer_step, Jamba's expert period
+/// and offset, Qwen's mlp_only_layers, a list of moe_layers.
+std::vector<FfnType> moe_layer_types(const ConfigView& c, const Model& m) {
   u64 first_dense = m.moe->first_dense_layers;
   std::vector<FfnType> out(m.layers, FfnType::moe);
   for (u64 i = 0; i < std::min(first_dense, m.layers); ++i) {
@@ -1124,6 +1105,40 @@ void read_ffn(const ConfigView& c, Model& m, Layout& layout, Diagnostics& diag) 
       out[i] = std::string_view(key) == "moe_layers" ? FfnType::moe : FfnType::dense;
     }
   }
+  return out;
+}
+
+/// The feed-forward part of each layer and its sizes: the MLP, the experts, and which layers
+/// are MoE, from the layout where it gives the parts, else from the MoE keys.
+void read_ffn(const ConfigView& c, Model& m, const Layout& layout, Diagnostics& diag) {
+  m.mlp.kind = contains(k_plain_mlp, c.model_type()) ? MlpKind::plain : MlpKind::gated;
+  auto routed =
+      c.count({"n_routed_experts", "num_local_experts", "num_experts"}, "moe.routed_experts");
+  bool moe = routed && *routed > 1;
+  if (moe) {
+    m.moe = read_experts(c, m, *routed);
+  } else {
+    read_dense_width(c, m, diag);
+  }
+  c.consume({"moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
+             "interleave_moe_layer_step", "moe_layers", "expert_layer_period",
+             "expert_layer_offset"});
+  if (!layout.ffn.empty()) {
+    m.ffn_types = layout.ffn;
+    if (std::find(m.ffn_types.begin(), m.ffn_types.end(), FfnType::dense) == m.ffn_types.end()) {
+      m.mlp.intermediate_size = 0; // no dense layer: an intermediate_size is the state's
+    }
+    if (m.moe &&
+        std::find(m.ffn_types.begin(), m.ffn_types.end(), FfnType::moe) == m.ffn_types.end()) {
+      m.moe.reset();
+    }
+    return;
+  }
+  if (!moe) {
+    m.ffn_types.assign(m.layers, FfnType::dense);
+    return;
+  }
+  std::vector<FfnType> out = moe_layer_types(c, m);
   if (std::find(out.begin(), out.end(), FfnType::dense) != out.end() &&
       m.mlp.intermediate_size == 0) {
     m.mlp.intermediate_size =

@@ -453,3 +453,39 @@ TEST_CASE("each layout encoding of a config.json gives its layers", "[hf][layout
                                       "in parallel in every layer; kvcalc does not model it"));
   }
 }
+
+// Which layers of an MoE config are MoE, rule by rule (4 layers, each list worked by hand).
+TEST_CASE("the MoE keys of a config.json say which layers are MoE", "[hf][ffn]") {
+  using F = FfnType;
+  Diagnostics d;
+  auto moe = [&](const std::string& keys) {
+    return four_layers(attending(R"("model_type": "x", "intermediate_size": 128,
+      "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, )" +
+                                 keys),
+                       d)
+        .ffn_types;
+  };
+  // Every layer, unless a rule says otherwise.
+  CHECK(moe(R"("first_k_dense_replace": 0)") == std::vector(4, F::moe));
+  // DeepSeek: the first layer dense, then every 2nd layer counted from 0 (layer 2).
+  CHECK(moe(R"("first_k_dense_replace": 1, "moe_layer_freq": 2)") ==
+        std::vector{F::dense, F::dense, F::moe, F::dense});
+  CHECK(moe(R"("moe_layer_freq": [0, 1, 1, 0])") ==
+        std::vector{F::dense, F::moe, F::moe, F::dense});
+  // Qwen: layer i is MoE when (i + 1) % step == 0, unless mlp_only_layers lists it.
+  CHECK(moe(R"("decoder_sparse_step": 2)") == std::vector{F::dense, F::moe, F::dense, F::moe});
+  CHECK(moe(R"("decoder_sparse_step": 2, "mlp_only_layers": [3])") ==
+        std::vector{F::dense, F::moe, F::dense, F::dense});
+  // Llama 4: every step-th layer.
+  CHECK(moe(R"("interleave_moe_layer_step": 4)") ==
+        std::vector{F::dense, F::dense, F::dense, F::moe});
+  // Jamba: MoE where i % period == offset.
+  CHECK(moe(R"("expert_layer_period": 2, "expert_layer_offset": 0)") ==
+        std::vector{F::moe, F::dense, F::moe, F::dense});
+  CHECK(moe(R"("moe_layers": [1, 2])") == std::vector{F::dense, F::moe, F::moe, F::dense});
+  CHECK_THROWS_WITH(moe(R"("expert_layer_period": 2, "expert_layer_offset": 2)"),
+                    Catch::Contains("expert_layer_period must be at least 1 and above "
+                                    "expert_layer_offset"));
+  CHECK_THROWS_WITH(moe(R"("mlp_only_layers": [4])"),
+                    Catch::Contains("mlp_only_layers entries must be below 4"));
+}
