@@ -1188,13 +1188,9 @@ void read_block_details(const ConfigView& c, Model& m) {
   m.lm_head_bias = type == "gptj"; // GPT-J's lm_head is a Linear with a bias
 }
 
-} // namespace
-
-Model parse_hf_config(const std::string& text, const std::string& file, Diagnostics& diag,
-                      const SiblingReader& siblings) {
-  YAML::Node root = detail::parse_yaml(text, file);
-  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
-  MapReader top(root, "", locations);
+/// The scopes a config's architecture is read from, in order: the language model's own config
+/// where a multimodal one nests it (text_config, llm_config), then the top level.
+std::vector<MapReader> architecture_scopes(const MapReader& top, Diagnostics& diag) {
   std::vector<MapReader> scopes;
   for (auto nested : {"text_config", "llm_config"}) {
     if (auto inner = top.map(nested)) {
@@ -1206,39 +1202,47 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
     }
   }
   scopes.push_back(top);
+  return scopes;
+}
+
+/// The family a config names: its model_type, and the first class of its `architectures`.
+struct Family {
   std::string model_type;
+  std::string architecture;
+};
+
+/// The first scope's model_type and architecture class; a config without a model_type is read
+/// as the family its architecture class names (some remote-code configs omit it).
+Family family_of(const std::vector<MapReader>& scopes, Diagnostics& diag) {
+  Family f;
   for (const auto& s : scopes) {
     if (auto t = s.text("model_type")) {
-      model_type = *t;
+      f.model_type = *t;
       break;
     }
   }
-  std::string architecture;
   for (const auto& s : scopes) {
     if (!s.has("architectures")) {
       continue;
     }
     if (YAML::Node arch = s.node("architectures");
         arch.IsSequence() && arch.size() > 0 && arch[0].IsScalar()) {
-      architecture = arch[0].Scalar();
+      f.architecture = arch[0].Scalar();
       break;
     }
   }
-  if (model_type.empty()) {
-    // Some remote-code configs omit model_type; the architecture class names the family.
-    model_type = architecture;
+  if (f.model_type.empty()) {
+    f.model_type = f.architecture;
     diag.warnings.push_back(
         "config has no model_type: reading it as " +
-        (model_type.empty() ? std::string("a generic decoder") : "'" + model_type + "'"));
+        (f.model_type.empty() ? std::string("a generic decoder") : "'" + f.model_type + "'"));
   }
-  ConfigView c(scopes, locations, model_type, file);
+  return f;
+}
 
-  Model m;
-  m.architecture = architecture;
-  m.display_name = display_name_for(c, file);
-  m.name = registry_name(m.display_name);
-  m.source = file;
-
+/// The model dtype from torch_dtype (or dtype); float32, an unknown name or none is taken as
+/// bf16 (the Model's default), with a warning.
+void read_dtype(const ConfigView& c, Model& m, Diagnostics& diag) {
   if (auto dtype = c.text({"torch_dtype", "dtype"})) {
     try {
       m.dtype = parse_dtype(*dtype, "torch_dtype");
@@ -1257,34 +1261,45 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   } else {
     diag.warnings.push_back("config has no torch_dtype: taking bf16 as the model dtype");
   }
-  // The weights' own layout is read once the model is whole (its tensors named).
-  std::optional<YAML::Node> quantization;
-  if (auto q = c.map("quantization_config")) {
-    quantization = q->yaml();
-  } else if (auto legacy = c.map("compression_config")) {
-    quantization = legacy->yaml(); // compressed-tensors before 2025
-  } else if (std::optional<YAML::Node> modelopt = modelopt_file(file, siblings)) {
-    quantization = modelopt;
-  }
+}
 
-  // Sizes every model has.
+/// The checkpoint's quantization block: quantization_config, compressed-tensors' legacy
+/// compression_config, else ModelOpt's hf_quant_config.json beside the config.
+std::optional<YAML::Node> quantization_block(const ConfigView& c, const SiblingReader& siblings) {
+  if (auto q = c.map("quantization_config")) {
+    return q->yaml();
+  }
+  if (auto legacy = c.map("compression_config")) {
+    return legacy->yaml(); // compressed-tensors before 2025
+  }
+  return modelopt_file(c.file(), siblings);
+}
+
+/// The number of layers; newer Nemotron-H configs give it only as their pattern's length.
+u64 layer_count(const ConfigView& c) {
   std::optional<u64> layers = c.count({"num_hidden_layers", "n_layer", "num_layers"}, "layers");
   if (!layers) {
     if (auto pattern = c.text({"hybrid_override_pattern"})) {
-      layers = pattern->size(); // newer Nemotron-H configs derive the count from the pattern
+      layers = pattern->size();
     }
   }
   if (!layers) {
     (void)c.required({"num_hidden_layers", "n_layer", "num_layers"}, "layers",
                      "the number of layers");
   }
-  m.layers = *layers;
   try {
-    check_layer_count(m.layers);
+    check_layer_count(*layers);
   } catch (const InputError& e) {
     auto hit = c.find({"num_hidden_layers", "n_layer", "num_layers"});
-    throw InputError(hit ? hit->first->where(hit->second) : SourceLocation{file, 1, 1}, e.what());
+    throw InputError(hit ? hit->first->where(hit->second) : SourceLocation{c.file(), 1, 1},
+                     e.what());
   }
+  return *layers;
+}
+
+/// The sizes every model has: layers, width, vocabulary, context and tied embeddings.
+void read_sizes(const ConfigView& c, Model& m, Diagnostics& diag) {
+  m.layers = layer_count(c);
   m.hidden_size =
       c.required({"hidden_size", "n_embd", "d_model"}, "hidden_size", "the model width");
   m.vocab_size = c.count({"vocab_size", "padded_vocab_size"}, "vocab_size").value_or(0);
@@ -1299,39 +1314,36 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   if (auto tied = c.flag({"tie_word_embeddings"})) {
     m.tie_word_embeddings = *tied;
   } else {
-    m.tie_word_embeddings = contains(k_tied_by_default, model_type);
+    m.tie_word_embeddings = contains(k_tied_by_default, c.model_type());
   }
+}
 
-  // The layout, then what each kind of layer holds.
-  Layout layout = read_layout(c, m.layers, diag);
-  m.layer_types = layout.types;
-  bool layout_given = c.present("layer_types") || c.present("layers_block_type") ||
-                      c.present("hybrid_override_pattern");
-  read_windows(c, m, diag, layout_given);
-  if (count_layers(m, LayerType::chunked) > 0) {
-    auto chunk = c.count({"attention_chunk_size"}, "attention_chunk");
-    if (!chunk || *chunk == 0) {
-      throw InputError(c.locations()->find("layer_pattern"),
-                       "layer_types has chunked layers but attention_chunk_size (tokens) is not "
-                       "set");
-    }
-    m.attention_chunk = *chunk;
-    if (m.max_context != 0 && m.attention_chunk >= m.max_context) {
-      diag.warnings.push_back("attention_chunk_size " + group_digits(m.attention_chunk) +
-                              " is not below max_position_embeddings: it never binds, so the "
-                              "chunked layers are read as full attention");
-      std::replace(m.layer_types.begin(), m.layer_types.end(), LayerType::chunked, LayerType::full);
-      m.attention_chunk = 0;
-    }
-  } else {
+/// The chunk of the chunked layers; a chunk as long as the context never binds, and those
+/// layers are read as full attention.
+void read_chunk(const ConfigView& c, Model& m, Diagnostics& diag) {
+  if (count_layers(m, LayerType::chunked) == 0) {
     c.consume({"attention_chunk_size", "no_rope_layers", "no_rope_layer_interval"});
+    return;
   }
-  if (has_attention(m)) {
-    read_attention(c, m, diag);
+  auto chunk = c.count({"attention_chunk_size"}, "attention_chunk");
+  if (!chunk || *chunk == 0) {
+    throw InputError(c.locations()->find("layer_pattern"),
+                     "layer_types has chunked layers but attention_chunk_size (tokens) is not "
+                     "set");
   }
-  read_state(c, m, layout.state, diag);
-  read_ffn(c, m, layout, diag);
-  read_block_details(c, m);
+  m.attention_chunk = *chunk;
+  if (m.max_context != 0 && m.attention_chunk >= m.max_context) {
+    diag.warnings.push_back("attention_chunk_size " + group_digits(m.attention_chunk) +
+                            " is not below max_position_embeddings: it never binds, so the "
+                            "chunked layers are read as full attention");
+    std::replace(m.layer_types.begin(), m.layer_types.end(), LayerType::chunked, LayerType::full);
+    m.attention_chunk = 0;
+  }
+}
+
+/// DeepSeek sparse attention's indexer, the multi-token-prediction layers and the layers that
+/// share an earlier layer's KV.
+void read_extra_layers(const ConfigView& c, Model& m) {
   if (auto topk = c.count({"index_topk"}, "indexer.topk")) {
     m.indexer =
         Indexer{c.required({"index_n_heads"}, "indexer.heads", "indexer query heads"),
@@ -1340,15 +1352,57 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   m.mtp_layers =
       c.count({"num_nextn_predict_layers", "mtp_num_hidden_layers"}, "mtp_layers").value_or(0);
   m.kv_shared_layers = c.count({"num_kv_shared_layers"}, "kv_shared_layers").value_or(0);
+}
 
+/// Stops at the first key that may change the cache and that nothing read (ConfigView's
+/// unread_cache_key): kvcalc does not guess what it means.
+void refuse_unread_cache_key(const ConfigView& c) {
   if (auto key = c.unread_cache_key()) {
     throw InputError(key->second,
                      "config key '" + key->first +
                          "' may change the cache and kvcalc does not read it (model_type '" +
-                         model_type +
+                         c.model_type() +
                          "'); rather than guess, kvcalc stops — write a kvcalc YAML "
                          "(docs/model-format.md) or report the family");
   }
+}
+
+} // namespace
+
+Model parse_hf_config(const std::string& text, const std::string& file, Diagnostics& diag,
+                      const SiblingReader& siblings) {
+  YAML::Node root = detail::parse_yaml(text, file);
+  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
+  std::vector<MapReader> scopes = architecture_scopes(MapReader(root, "", locations), diag);
+  Family family = family_of(scopes, diag);
+  ConfigView c(scopes, locations, family.model_type, file);
+
+  Model m;
+  m.architecture = family.architecture;
+  m.display_name = display_name_for(c, file);
+  m.name = registry_name(m.display_name);
+  m.source = file;
+  read_dtype(c, m, diag);
+  // The weights' own layout is read once the model is whole (its tensors named).
+  std::optional<YAML::Node> quantization = quantization_block(c, siblings);
+  read_sizes(c, m, diag);
+
+  // The layout, then what each kind of layer holds.
+  Layout layout = read_layout(c, m.layers, diag);
+  m.layer_types = layout.types;
+  bool layout_given = c.present("layer_types") || c.present("layers_block_type") ||
+                      c.present("hybrid_override_pattern");
+  read_windows(c, m, diag, layout_given);
+  read_chunk(c, m, diag);
+  if (has_attention(m)) {
+    read_attention(c, m, diag);
+  }
+  read_state(c, m, layout.state, diag);
+  read_ffn(c, m, layout, diag);
+  read_block_details(c, m);
+  read_extra_layers(c, m);
+
+  refuse_unread_cache_key(c);
   validate_model(m, locations->locator());
   if (quantization) {
     read_quantization(*quantization, m, diag);

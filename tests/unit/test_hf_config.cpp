@@ -489,3 +489,33 @@ TEST_CASE("the MoE keys of a config.json say which layers are MoE", "[hf][ffn]")
   CHECK_THROWS_WITH(moe(R"("mlp_only_layers": [4])"),
                     Catch::Contains("mlp_only_layers entries must be below 4"));
 }
+
+TEST_CASE("a config is read by what it has: family, layer count, chunk", "[hf]") {
+  Diagnostics d;
+  SECTION("no model_type: the family the architecture class names") {
+    Model m = parse_hf_config(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
+      "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100,
+      "torch_dtype": "bfloat16"})",
+                              "c.json", d);
+    CHECK(m.architecture == "LlamaForCausalLM");
+    CHECK(mentions(d, "config has no model_type: reading it as 'LlamaForCausalLM'"));
+  }
+  SECTION("no layer count: Nemotron-H's pattern has one character per layer") {
+    Model m = parse_hf_config(attending(R"({"model_type": "nemotron_h", "hidden_size": 64,
+      "vocab_size": 100, "torch_dtype": "bfloat16", "hybrid_override_pattern": "M-*-M-",
+      "intermediate_size": 128, "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 1,
+      "ssm_state_size": 16, "conv_kernel": 4)") +
+                                  "}",
+                              "c.json", d);
+    CHECK(m.layers == 6);
+  }
+  SECTION("a chunk as long as the context never binds: the chunked layers attend over all") {
+    Model m = four_layers(attending(R"("model_type": "llama4_text", "intermediate_size": 128,
+      "max_position_embeddings": 8, "attention_chunk_size": 8, "no_rope_layers": [1, 1, 1, 0])"),
+                          d);
+    CHECK(m.layer_types == std::vector(4, LayerType::full));
+    CHECK(m.attention_chunk == 0);
+    CHECK(mentions(d, "attention_chunk_size 8 is not below max_position_embeddings: it never "
+                      "binds"));
+  }
+}
