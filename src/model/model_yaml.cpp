@@ -3,6 +3,7 @@
 #include <kvcalc/model/loader.hpp>
 
 #include <algorithm>
+#include <array>
 #include <ostream>
 #include <sstream>
 
@@ -239,49 +240,46 @@ StateSpec read_state(const MapReader& r, DType model_dtype, u64 hidden_size) {
   return s;
 }
 
-} // namespace
+/// Every key of a model file (docs/model-format.md).
+constexpr std::array<std::string_view, 33> k_model_keys{
+    "name",
+    "display_name",
+    "aliases",
+    "source",
+    "architecture",
+    "dtype",
+    "weight_dtype",
+    "layers",
+    "hidden_size",
+    "vocab_size",
+    "max_context",
+    "tie_word_embeddings",
+    "lm_head_bias",
+    "attention",
+    "mlp",
+    "moe",
+    "sliding_window",
+    "attention_chunk",
+    "layer_pattern",
+    "ffn_pattern",
+    "sliding_attention",
+    "state",
+    "indexer",
+    "kv_shared_layers",
+    "linear_state",
+    "mtp_layers",
+    "params",
+    "quantized_weights",
+    "weight_formats",
+    "quantization",
+    "learned_position_embeddings",
+    "norm",
+    "norms_per_layer",
+};
 
-Model parse_model_yaml(const std::string& text, const std::string& file) {
-  YAML::Node root = detail::parse_yaml(text, file);
-  if (!root.IsDefined() || root.IsNull()) {
-    throw InputError(SourceLocation{file, 0, 0}, "the model file is empty");
-  }
-  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
-  MapReader r(root, "", locations);
-  r.allow_only({"name",
-                "display_name",
-                "aliases",
-                "source",
-                "architecture",
-                "dtype",
-                "weight_dtype",
-                "layers",
-                "hidden_size",
-                "vocab_size",
-                "max_context",
-                "tie_word_embeddings",
-                "lm_head_bias",
-                "attention",
-                "mlp",
-                "moe",
-                "sliding_window",
-                "attention_chunk",
-                "layer_pattern",
-                "ffn_pattern",
-                "sliding_attention",
-                "state",
-                "indexer",
-                "kv_shared_layers",
-                "linear_state",
-                "mtp_layers",
-                "params",
-                "quantized_weights",
-                "weight_formats",
-                "quantization",
-                "learned_position_embeddings",
-                "norm",
-                "norms_per_layer"});
-  Model m;
+/// What names the model and where its numbers come from: name, display_name, source,
+/// architecture, aliases.
+void read_identity(const MapReader& r, Model& m) {
   m.name = r.required_text("name", "the registry key, e.g. llama-3.1-8b");
   m.display_name = r.text("display_name").value_or(m.name);
   m.source = r.required_text("source", "where the numbers come from: a URL or a paper");
@@ -293,11 +291,16 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
     }
     for (const auto& a : aliases) {
       if (!a.IsScalar()) {
-        throw InputError(detail::location_of(a, file), "each alias must be a name");
+        throw InputError(detail::location_of(a, r.locations()->file()),
+                         "each alias must be a name");
       }
       m.aliases.push_back(a.Scalar());
     }
   }
+}
+
+/// The dtypes and the sizes every model has: layers, width, vocabulary, context.
+void read_sizes(const MapReader& r, Model& m) {
   m.dtype = located_dtype(r, "dtype", DType::bf16);
   if (r.has("weight_dtype")) {
     m.weight_dtype = located_dtype(r, "weight_dtype", m.dtype);
@@ -315,6 +318,11 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
     r.fail("max_context", "'max_context' is 0 tokens; give the longest context the model takes, "
                           "or leave it out when unknown");
   }
+}
+
+/// The terms only the weights and the parameter count see: tied embeddings, the head's bias,
+/// position tables, the stored formats of the tensors, the norms.
+void read_weight_terms(const MapReader& r, Model& m) {
   m.tie_word_embeddings = r.flag("tie_word_embeddings").value_or(false);
   m.lm_head_bias = r.flag("lm_head_bias").value_or(false);
   m.learned_position_embeddings = r.flag("learned_position_embeddings").value_or(false);
@@ -336,32 +344,40 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   m.norm = read_choice<NormKind>(r, "norm", {{"rms", NormKind::rms}, {"layer", NormKind::layer}},
                                  NormKind::rms);
   m.norms_per_layer = r.count("norms_per_layer").value_or(2);
+}
 
-  if (auto mlp = r.map("mlp")) {
-    mlp->allow_only({"kind", "intermediate_size", "bias"});
-    m.mlp.kind = read_choice<MlpKind>(
-        *mlp, "kind", {{"gated", MlpKind::gated}, {"plain", MlpKind::plain}}, MlpKind::gated);
-    m.mlp.bias = mlp->flag("bias").value_or(false);
-    m.mlp.intermediate_size = mlp->count("intermediate_size").value_or(0);
-  }
-  if (auto moe = r.map("moe")) {
-    moe->allow_only({"routed_experts", "shared_experts", "experts_per_token",
-                     "expert_intermediate_size", "shared_expert_intermediate_size",
-                     "first_dense_layers", "router_bias", "shared_expert_gate"});
-    Moe e;
-    e.routed_experts = moe->required_count("routed_experts", "routed experts per MoE layer");
-    e.shared_experts = moe->count("shared_experts").value_or(0);
-    e.experts_per_token = moe->required_count("experts_per_token", "experts each token uses");
-    e.expert_intermediate_size =
-        moe->required_count("expert_intermediate_size", "MLP width of one expert");
-    e.shared_expert_intermediate_size =
-        moe->count("shared_expert_intermediate_size")
-            .value_or(checked_mul(e.expert_intermediate_size, e.shared_experts));
-    e.first_dense_layers = moe->count("first_dense_layers").value_or(0);
-    e.router_bias = moe->flag("router_bias").value_or(false);
-    e.shared_gate = moe->flag("shared_expert_gate").value_or(false);
-    m.moe = e;
-  }
+Mlp read_mlp(const MapReader& r) {
+  r.allow_only({"kind", "intermediate_size", "bias"});
+  Mlp p;
+  p.kind = read_choice<MlpKind>(r, "kind", {{"gated", MlpKind::gated}, {"plain", MlpKind::plain}},
+                                MlpKind::gated);
+  p.bias = r.flag("bias").value_or(false);
+  p.intermediate_size = r.count("intermediate_size").value_or(0);
+  return p;
+}
+
+Moe read_moe(const MapReader& r) {
+  r.allow_only({"routed_experts", "shared_experts", "experts_per_token", "expert_intermediate_size",
+                "shared_expert_intermediate_size", "first_dense_layers", "router_bias",
+                "shared_expert_gate"});
+  Moe e;
+  e.routed_experts = r.required_count("routed_experts", "routed experts per MoE layer");
+  e.shared_experts = r.count("shared_experts").value_or(0);
+  e.experts_per_token = r.required_count("experts_per_token", "experts each token uses");
+  e.expert_intermediate_size =
+      r.required_count("expert_intermediate_size", "MLP width of one expert");
+  e.shared_expert_intermediate_size =
+      r.count("shared_expert_intermediate_size")
+          .value_or(checked_mul(e.expert_intermediate_size, e.shared_experts));
+  e.first_dense_layers = r.count("first_dense_layers").value_or(0);
+  e.router_bias = r.flag("router_bias").value_or(false);
+  e.shared_gate = r.flag("shared_expert_gate").value_or(false);
+  return e;
+}
+
+/// The mixer of each layer (layer_pattern; without one, every layer slides where a
+/// sliding_window is set, else attends in full), with the window and the chunk.
+void read_layer_types(const MapReader& r, Model& m) {
   if (r.has("linear_state")) {
     r.fail("linear_state", "'linear_state' is now 'state' with a kind: 'state: {kind: custom, "
                            "elements: N}', or the mixer's own shape (docs/model-format.md)");
@@ -378,10 +394,15 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
                       ? read_pattern(r, "layer_pattern", m.layers, expand_layer_pattern)
                       : std::vector<LayerType>(m.layers, m.sliding_window != 0 ? LayerType::sliding
                                                                                : LayerType::full);
+}
+
+/// The shapes of the layers' mixers: attention (required where a layer attends), the sliding
+/// layers' own, the recurrent state, DeepSeek sparse attention's indexer.
+void read_mixers(const MapReader& r, Model& m) {
   if (auto attention = r.map("attention")) {
     m.attention = read_attention(*attention, m.hidden_size);
   } else if (has_attention(m)) {
-    throw InputError(detail::location_of(root, file),
+    throw InputError(detail::location_of(r.yaml(), r.locations()->file()),
                      "missing required key 'attention' (a map with kind, heads, ...)");
   }
   if (auto sliding = r.map("sliding_attention")) {
@@ -396,6 +417,49 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
                         indexer->required_count("head_dim", "the indexer key width"),
                         indexer->required_count("topk", "tokens each query attends to")};
   }
+}
+
+/// Every key of weight_formats names a tensor of the (validated) model: a misspelt one would
+/// silently change nothing.
+void check_weight_format_keys(const MapReader& r, const Model& m) {
+  if (m.weight_formats.empty()) {
+    return;
+  }
+  std::vector<std::string> keys;
+  for (const TensorGroup& t : count_params(m).tensors) {
+    keys.push_back(format_key(t));
+  }
+  MapReader formats = *r.map("weight_formats");
+  for (const auto& [key, f] : m.weight_formats) {
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      formats.fail(key, "'" + key + "' is not a tensor of " + m.name + did_you_mean(key, keys) +
+                            " (docs/model-format.md names the tensors)");
+    }
+  }
+}
+
+} // namespace
+
+Model parse_model_yaml(const std::string& text, const std::string& file) {
+  YAML::Node root = detail::parse_yaml(text, file);
+  if (!root.IsDefined() || root.IsNull()) {
+    throw InputError(SourceLocation{file, 0, 0}, "the model file is empty");
+  }
+  auto locations = std::make_shared<detail::LocationMap>(file, detail::location_of(root, file));
+  MapReader r(root, "", locations);
+  r.allow_only(k_model_keys);
+  Model m;
+  read_identity(r, m);
+  read_sizes(r, m);
+  read_weight_terms(r, m);
+  if (auto mlp = r.map("mlp")) {
+    m.mlp = read_mlp(*mlp);
+  }
+  if (auto moe = r.map("moe")) {
+    m.moe = read_moe(*moe);
+  }
+  read_layer_types(r, m);
+  read_mixers(r, m);
   m.ffn_types =
       r.has("ffn_pattern")
           ? read_pattern(r, "ffn_pattern", m.layers,
@@ -406,20 +470,7 @@ Model parse_model_yaml(const std::string& text, const std::string& file) {
   m.params = r.count("params");
 
   validate_model(m, locations->locator());
-  if (!m.weight_formats.empty()) {
-    // Every key names a tensor of this model: a misspelt one would silently change nothing.
-    std::vector<std::string> keys;
-    for (const TensorGroup& t : count_params(m).tensors) {
-      keys.push_back(format_key(t));
-    }
-    MapReader formats = *r.map("weight_formats");
-    for (const auto& [key, f] : m.weight_formats) {
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-        formats.fail(key, "'" + key + "' is not a tensor of " + m.name + did_you_mean(key, keys) +
-                              " (docs/model-format.md names the tensors)");
-      }
-    }
-  }
+  check_weight_format_keys(r, m);
   return m;
 }
 

@@ -27,6 +27,16 @@ std::string replace(std::string text, const std::string& from, const std::string
   return text.replace(at, from.size(), to);
 }
 
+/// The message parse_model_yaml stops with on `text` (as m.yaml), or "no error".
+std::string error_of(const std::string& text) {
+  try {
+    (void)parse_model_yaml(text, "m.yaml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 } // namespace
 
 TEST_CASE("a minimal model takes its defaults", "[model]") {
@@ -80,14 +90,6 @@ TEST_CASE("layer patterns describe themselves as the shortest cycle", "[model][p
 }
 
 TEST_CASE("errors carry file:line:col", "[model][errors]") {
-  auto error_of = [](const std::string& text) -> std::string {
-    try {
-      (void)parse_model_yaml(text, "m.yaml");
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    return "no error";
-  };
   CHECK(error_of(replace(k_llama_like, "  kv_heads: 2", "  kv_head: 2")) ==
         "m.yaml:9:3: unknown key 'kv_head'; did you mean 'kv_heads'?");
   CHECK(error_of(replace(k_llama_like, "  kv_heads: 2", "  kv_heads: 3")) ==
@@ -110,6 +112,28 @@ TEST_CASE("errors carry file:line:col", "[model][errors]") {
   CHECK(error_of(std::string(k_llama_like) + "layer_pattern: alternating\n") ==
         "m.yaml:12:16: some layers slide but 'sliding_window' (tokens) is not set");
   CHECK(error_of("name: [x\n").starts_with("m.yaml:2:1: syntax error"));
+}
+
+TEST_CASE("a model file's names, layers, mixers and tensor formats", "[model][yaml]") {
+  // A window with no layer_pattern: every layer slides.
+  Model m = parse_model_yaml(std::string(k_llama_like) + "sliding_window: 1024\n", "m.yaml");
+  CHECK(m.layer_types == std::vector<LayerType>(4, LayerType::sliding));
+  CHECK(m.sliding_window == 1024);
+  // Line 12 is the first after k_llama_like; a value's column follows "key: ".
+  CHECK(error_of(std::string(k_llama_like) + "aliases: tiny-1\n") ==
+        "m.yaml:12:10: 'aliases' must be a list of names");
+  CHECK(error_of(std::string(k_llama_like) + "aliases: [[a]]\n") ==
+        "m.yaml:12:11: each alias must be a name");
+  CHECK(
+      error_of(replace(k_llama_like, "attention:\n  kind: gqa\n  heads: 8\n  kv_heads: 2\n", "")) ==
+      "m.yaml:1:1: missing required key 'attention' (a map with kind, heads, ...)");
+  CHECK(error_of(std::string(k_llama_like) + "linear_state: 4\n")
+            .starts_with("m.yaml:12:15: 'linear_state' is now 'state' with a kind"));
+  // A misspelt tensor would change nothing: it is an error at its format.
+  CHECK(error_of(std::string(k_llama_like) +
+                 "weight_formats:\n  mlp.down_prj: int4 group:128 scale:2\n") ==
+        "m.yaml:13:17: 'mlp.down_prj' is not a tensor of tiny; did you mean 'mlp.down_proj'? "
+        "(docs/model-format.md names the tensors)");
 }
 
 TEST_CASE("sizes that overflow 64 bits are located errors", "[model][errors]") {
