@@ -214,58 +214,74 @@ std::vector<FfnType> ffn_types_of(std::optional<std::string_view> pattern, u64 l
 
 namespace {
 
-/// The rules of one attention geometry (`attention` or `sliding_attention`, at `path`).
-void validate_attention(const Attention& a, const std::string& path, const Locator& where) {
-  auto fail = [&](std::string_view key, const std::string& message) {
-    throw InputError(where(path + "." + std::string(key)), message);
-  };
-  auto positive = [&](std::string_view key, u64 value, std::string_view meaning) {
+/// Located failures of a model's rules: each names the key path at fault, which `where` locates
+/// in the file the model came from.
+class Checker {
+public:
+  explicit Checker(const Locator& where) : m_where(where) {}
+
+  [[noreturn]] void fail(std::string_view key, const std::string& message) const {
+    throw InputError(m_where(key), message);
+  }
+
+  /// `key` must be at least 1; `meaning` says what it counts.
+  void positive(std::string_view key, u64 value, std::string_view meaning) const {
     if (value == 0) {
-      fail(key, "'" + path + "." + std::string(key) + "' must be at least 1 (" +
-                    std::string(meaning) + ")");
+      fail(key, "'" + std::string(key) + "' must be at least 1 (" + std::string(meaning) + ")");
     }
-  };
-  positive("heads", a.heads, "query heads");
+  }
+
+private:
+  const Locator& m_where;
+};
+
+/// The rules of one attention geometry (`attention` or `sliding_attention`, at `path`).
+void validate_attention(const Attention& a, const std::string& path, const Checker& check) {
+  auto key = [&](std::string_view name) { return path + "." + std::string(name); };
+  check.positive(key("heads"), a.heads, "query heads");
   switch (a.kind) {
   case AttentionKind::mha:
     if (a.kv_heads != a.heads) {
-      fail("kv_heads", "kind mha needs kv_heads equal to heads (" + std::to_string(a.heads) +
-                           "), got " + std::to_string(a.kv_heads) + "; use kind gqa or mqa");
+      check.fail(key("kv_heads"), "kind mha needs kv_heads equal to heads (" +
+                                      std::to_string(a.heads) + "), got " +
+                                      std::to_string(a.kv_heads) + "; use kind gqa or mqa");
     }
     break;
   case AttentionKind::mqa:
     if (a.kv_heads != 1) {
-      fail("kv_heads",
-           "kind mqa has exactly 1 KV head, got " + std::to_string(a.kv_heads) + "; use kind gqa");
+      check.fail(key("kv_heads"), "kind mqa has exactly 1 KV head, got " +
+                                      std::to_string(a.kv_heads) + "; use kind gqa");
     }
     break;
   case AttentionKind::gqa:
-    positive("kv_heads", a.kv_heads, "key/value heads");
+    check.positive(key("kv_heads"), a.kv_heads, "key/value heads");
     if (a.heads % a.kv_heads != 0) {
-      fail("kv_heads", "heads (" + std::to_string(a.heads) + ") must be a multiple of kv_heads (" +
-                           std::to_string(a.kv_heads) + ")");
+      check.fail(key("kv_heads"), "heads (" + std::to_string(a.heads) +
+                                      ") must be a multiple of kv_heads (" +
+                                      std::to_string(a.kv_heads) + ")");
     }
     break;
   case AttentionKind::mla:
-    positive("kv_lora_rank", a.mla.kv_lora_rank, "the latent width d_c; MLA needs it");
-    positive("qk_rope_head_dim", a.mla.qk_rope_head_dim,
-             "the decoupled RoPE width d_R; MLA needs it");
-    positive("qk_nope_head_dim", a.mla.qk_nope_head_dim,
-             "the per-head non-RoPE width d_nope; MLA needs it");
-    positive("v_head_dim", a.mla.v_head_dim, "the per-head value width d_v; MLA needs it");
+    check.positive(key("kv_lora_rank"), a.mla.kv_lora_rank, "the latent width d_c; MLA needs it");
+    check.positive(key("qk_rope_head_dim"), a.mla.qk_rope_head_dim,
+                   "the decoupled RoPE width d_R; MLA needs it");
+    check.positive(key("qk_nope_head_dim"), a.mla.qk_nope_head_dim,
+                   "the per-head non-RoPE width d_nope; MLA needs it");
+    check.positive(key("v_head_dim"), a.mla.v_head_dim,
+                   "the per-head value width d_v; MLA needs it");
     break;
   }
-  positive("head_dim", a.head_dim, "the key width per head");
-  positive("v_head_dim", a.v_head_dim, "the value width per head");
+  check.positive(key("head_dim"), a.head_dim, "the key width per head");
+  check.positive(key("v_head_dim"), a.v_head_dim, "the value width per head");
 }
 
 /// The sizes each state kind's formula reads (docs/formulas.md, "Per-sequence state").
-void validate_state(const StateSpec& s, const Locator& where) {
+void validate_state(const StateSpec& s, const Checker& check) {
   auto need = [&](std::string_view key, u64 value, std::string_view meaning) {
     if (value == 0) {
-      throw InputError(where("state." + std::string(key)),
-                       "state kind " + std::string(k_state_kinds.name(s.kind)) + " needs '" +
-                           std::string(key) + "' of at least 1 (" + std::string(meaning) + ")");
+      check.fail("state." + std::string(key),
+                 "state kind " + std::string(k_state_kinds.name(s.kind)) + " needs '" +
+                     std::string(key) + "' of at least 1 (" + std::string(meaning) + ")");
     }
   };
   switch (s.kind) {
@@ -282,9 +298,9 @@ void validate_state(const StateSpec& s, const Locator& where) {
     need("state_size", s.state_size, "d_state");
     need("conv_kernel", s.conv_kernel, "the causal convolution width");
     if (s.heads % s.groups != 0) {
-      throw InputError(where("state.groups"), "state heads (" + std::to_string(s.heads) +
-                                                  ") must be a multiple of groups (" +
-                                                  std::to_string(s.groups) + ")");
+      check.fail("state.groups", "state heads (" + std::to_string(s.heads) +
+                                     ") must be a multiple of groups (" + std::to_string(s.groups) +
+                                     ")");
     }
     break;
   case StateKind::gated_deltanet:
@@ -309,138 +325,153 @@ void validate_state(const StateSpec& s, const Locator& where) {
   }
 }
 
-} // namespace
-
-void validate_model(const Model& m, const Locator& where) {
-  auto fail = [&](std::string_view key, const std::string& message) {
-    throw InputError(where(key), message);
-  };
-  auto positive = [&](std::string_view key, u64 value, std::string_view meaning) {
-    if (value == 0) {
-      fail(key, "'" + std::string(key) + "' must be at least 1 (" + std::string(meaning) + ")");
-    }
-  };
-
+/// The registry key: lowercase letters, digits, '-', '.' and '_', not empty.
+void validate_name(const Model& m, const Checker& check) {
   if (m.name.empty()) {
-    fail("name", "'name' must not be empty");
+    check.fail("name", "'name' must not be empty");
   }
   for (char c : m.name) {
     if (!(std::islower(static_cast<unsigned char>(c)) ||
           std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_')) {
-      fail("name",
-           "'name' may use only lowercase letters, digits, '-', '.' and '_'; got '" + m.name + "'");
+      check.fail("name", "'name' may use only lowercase letters, digits, '-', '.' and '_'; got '" +
+                             m.name + "'");
     }
   }
-  positive("layers", m.layers, "the number of transformer layers");
+}
+
+void validate_sizes(const Model& m, const Checker& check) {
+  check.positive("layers", m.layers, "the number of transformer layers");
   try {
     check_layer_count(m.layers);
   } catch (const InputError& e) {
-    fail("layers", e.what());
+    check.fail("layers", e.what());
   }
-  positive("norms_per_layer", m.norms_per_layer, "norm layers in each transformer block");
-  positive("hidden_size", m.hidden_size, "the model width");
+  check.positive("norms_per_layer", m.norms_per_layer, "norm layers in each transformer block");
+  check.positive("hidden_size", m.hidden_size, "the model width");
+}
 
+/// One mixer per layer, and each kind of mixer the layers use described, with none described
+/// that no layer uses: attention, sliding attention and its window, the chunk, the state, the
+/// indexer.
+void validate_mixers(const Model& m, const Checker& check) {
   if (m.layer_types.size() != m.layers) {
-    fail("layer_pattern", "layer_pattern lists " + std::to_string(m.layer_types.size()) +
-                              " layers but the model has " + std::to_string(m.layers));
+    check.fail("layer_pattern", "layer_pattern lists " + std::to_string(m.layer_types.size()) +
+                                    " layers but the model has " + std::to_string(m.layers));
   }
   auto has = [&](LayerType t) { return count_layers(m, t) > 0; };
   if (has_attention(m)) {
-    validate_attention(m.attention, "attention", where);
+    validate_attention(m.attention, "attention", check);
   } else if (m.attention.heads != 0) {
-    fail("attention", "'attention' is set but no layer attends (layer_pattern has no full, "
-                      "sliding or chunked layer)");
+    check.fail("attention", "'attention' is set but no layer attends (layer_pattern has no full, "
+                            "sliding or chunked layer)");
   }
   if (m.sliding_attention) {
     if (!has(LayerType::sliding)) {
-      fail("sliding_attention", "'sliding_attention' is set but layer_pattern has no sliding "
-                                "layer");
+      check.fail("sliding_attention", "'sliding_attention' is set but layer_pattern has no "
+                                      "sliding layer");
     }
     if (m.sliding_attention->kind == AttentionKind::mla) {
-      fail("sliding_attention.kind", "sliding_attention is softmax attention over per-head K "
-                                     "and V: kind mha, mqa or gqa");
+      check.fail("sliding_attention.kind", "sliding_attention is softmax attention over per-head "
+                                           "K and V: kind mha, mqa or gqa");
     }
-    validate_attention(*m.sliding_attention, "sliding_attention", where);
+    validate_attention(*m.sliding_attention, "sliding_attention", check);
   }
   if (has(LayerType::sliding) && m.sliding_window == 0) {
-    fail("layer_pattern", "some layers slide but 'sliding_window' (tokens) is not set");
+    check.fail("layer_pattern", "some layers slide but 'sliding_window' (tokens) is not set");
   }
   if (!has(LayerType::sliding) && m.sliding_window != 0) {
-    fail("layer_pattern", "'sliding_window' is set but layer_pattern has no sliding layer; "
-                          "remove sliding_window or set layer_pattern (e.g. 'sliding')");
+    check.fail("layer_pattern", "'sliding_window' is set but layer_pattern has no sliding layer; "
+                                "remove sliding_window or set layer_pattern (e.g. 'sliding')");
   }
   if (has(LayerType::chunked) && m.attention_chunk == 0) {
-    fail("layer_pattern", "some layers are chunked but 'attention_chunk' (tokens) is not set");
+    check.fail("layer_pattern",
+               "some layers are chunked but 'attention_chunk' (tokens) is not set");
   }
   if (!has(LayerType::chunked) && m.attention_chunk != 0) {
-    fail("attention_chunk", "'attention_chunk' is set but layer_pattern has no chunked layer");
+    check.fail("attention_chunk",
+               "'attention_chunk' is set but layer_pattern has no chunked layer");
   }
   if (has(LayerType::state) && !m.state) {
-    fail("layer_pattern", "some layers are state layers but 'state' (the mixer's shape) is not "
-                          "set");
+    check.fail("layer_pattern", "some layers are state layers but 'state' (the mixer's shape) is "
+                                "not set");
   }
   if (m.state) {
     if (!has(LayerType::state)) {
-      fail("state", "'state' is set but layer_pattern has no state layer");
+      check.fail("state", "'state' is set but layer_pattern has no state layer");
     }
-    validate_state(*m.state, where);
+    validate_state(*m.state, check);
   }
   if (m.indexer) {
     if (!has_attention(m) || m.attention.kind != AttentionKind::mla) {
-      fail("indexer", "'indexer' is DeepSeek sparse attention's key cache beside an MLA latent; "
-                      "the model needs attention kind mla");
+      check.fail("indexer", "'indexer' is DeepSeek sparse attention's key cache beside an MLA "
+                            "latent; the model needs attention kind mla");
     }
-    positive("indexer.heads", m.indexer->heads, "indexer query heads");
-    positive("indexer.head_dim", m.indexer->head_dim, "the indexer key width");
-    positive("indexer.topk", m.indexer->topk, "tokens each query attends to");
+    check.positive("indexer.heads", m.indexer->heads, "indexer query heads");
+    check.positive("indexer.head_dim", m.indexer->head_dim, "the indexer key width");
+    check.positive("indexer.topk", m.indexer->topk, "tokens each query attends to");
   }
+}
+
+/// Layers that share an earlier layer's KV, and MTP layers: both need attention layers.
+void validate_shared_and_mtp_layers(const Model& m, const Checker& check) {
   u64 attending =
       static_cast<u64>(std::count_if(m.layer_types.begin(), m.layer_types.end(), is_attention));
   if (m.kv_shared_layers >= std::max<u64>(attending, 1) && m.kv_shared_layers > 0) {
-    fail("kv_shared_layers", "kv_shared_layers (" + std::to_string(m.kv_shared_layers) +
-                                 ") must be below the " + std::to_string(attending) +
-                                 " attention layers: shared layers read an earlier layer's KV");
+    check.fail("kv_shared_layers", "kv_shared_layers (" + std::to_string(m.kv_shared_layers) +
+                                       ") must be below the " + std::to_string(attending) +
+                                       " attention layers: shared layers read an earlier layer's "
+                                       "KV");
   }
   if (m.mtp_layers > 0 && !has_attention(m)) {
-    fail("mtp_layers", "multi-token-prediction layers are attention blocks; the model has none");
+    check.fail("mtp_layers",
+               "multi-token-prediction layers are attention blocks; the model has none");
   }
+}
 
+/// One feed-forward part per layer, the experts set exactly where some layer (or an MTP layer)
+/// is MoE, the MLP width where some layer is dense.
+void validate_ffn(const Model& m, const Checker& check) {
   if (m.ffn_types.size() != m.layers) {
-    fail("ffn_pattern", "ffn_pattern lists " + std::to_string(m.ffn_types.size()) +
-                            " layers but the model has " + std::to_string(m.layers));
+    check.fail("ffn_pattern", "ffn_pattern lists " + std::to_string(m.ffn_types.size()) +
+                                  " layers but the model has " + std::to_string(m.layers));
   }
   bool any_moe =
       std::find(m.ffn_types.begin(), m.ffn_types.end(), FfnType::moe) != m.ffn_types.end();
   bool any_dense =
       std::find(m.ffn_types.begin(), m.ffn_types.end(), FfnType::dense) != m.ffn_types.end();
   if (any_moe && !m.moe) {
-    fail("ffn_pattern", "ffn_pattern has moe layers but 'moe' is not set");
+    check.fail("ffn_pattern", "ffn_pattern has moe layers but 'moe' is not set");
   }
   if (m.moe) {
     const Moe& e = *m.moe;
     if (!any_moe && m.mtp_layers == 0) {
-      fail("moe", "'moe' is set but no layer is an MoE layer (ffn_pattern, first_dense_layers)");
+      check.fail("moe",
+                 "'moe' is set but no layer is an MoE layer (ffn_pattern, first_dense_layers)");
     }
-    positive("moe.routed_experts", e.routed_experts, "routed experts");
-    positive("moe.experts_per_token", e.experts_per_token, "experts each token is routed to");
-    positive("moe.expert_intermediate_size", e.expert_intermediate_size, "the expert MLP width");
+    check.positive("moe.routed_experts", e.routed_experts, "routed experts");
+    check.positive("moe.experts_per_token", e.experts_per_token, "experts each token is routed to");
+    check.positive("moe.expert_intermediate_size", e.expert_intermediate_size,
+                   "the expert MLP width");
     if (e.experts_per_token > e.routed_experts) {
-      fail("moe.experts_per_token", "experts_per_token (" + std::to_string(e.experts_per_token) +
-                                        ") exceeds routed_experts (" +
-                                        std::to_string(e.routed_experts) + ")");
+      check.fail("moe.experts_per_token",
+                 "experts_per_token (" + std::to_string(e.experts_per_token) +
+                     ") exceeds routed_experts (" + std::to_string(e.routed_experts) + ")");
     }
     if (e.first_dense_layers > m.layers) {
-      fail("moe.first_dense_layers", "first_dense_layers (" + std::to_string(e.first_dense_layers) +
-                                         ") exceeds layers (" + std::to_string(m.layers) + ")");
+      check.fail("moe.first_dense_layers",
+                 "first_dense_layers (" + std::to_string(e.first_dense_layers) +
+                     ") exceeds layers (" + std::to_string(m.layers) + ")");
     }
   }
   if (any_dense) {
-    positive("mlp.intermediate_size", m.mlp.intermediate_size,
-             m.moe ? "the width of the dense layers" : "the MLP width");
+    check.positive("mlp.intermediate_size", m.mlp.intermediate_size,
+                   m.moe ? "the width of the dense layers" : "the MLP width");
   }
+}
 
-  // The widest cache kvcalc can be asked for (fp32, expanded MLA, every layer) must fit in 64
-  // bits per token, so no later product of these sizes silently wraps.
+/// The widest cache kvcalc can be asked for (fp32, expanded MLA, every layer) must fit in 64
+/// bits per token, so no later product of these sizes silently wraps.
+void check_cache_fits_64_bits(const Model& m, const Checker& check) {
   try {
     u64 per_layer = 0;
     for (const Attention* a :
@@ -470,9 +501,22 @@ void validate_model(const Model& m, const Locator& where) {
       (void)checked_mul(bytes, m.layers);
     }
   } catch (const OverflowError&) {
-    fail("attention", "the cache per token or per sequence of these sizes does not fit in 64 "
-                      "bits; check heads, head dims, state sizes and layers for absurd values");
+    check.fail("attention", "the cache per token or per sequence of these sizes does not fit in "
+                            "64 bits; check heads, head dims, state sizes and layers for absurd "
+                            "values");
   }
+}
+
+} // namespace
+
+void validate_model(const Model& m, const Locator& where) {
+  Checker check(where);
+  validate_name(m, check);
+  validate_sizes(m, check);
+  validate_mixers(m, check);
+  validate_shared_and_mtp_layers(m, check);
+  validate_ffn(m, check);
+  check_cache_fits_64_bits(m, check);
 }
 
 } // namespace kvcalc::model

@@ -136,6 +136,26 @@ TEST_CASE("a model file's names, layers, mixers and tensor formats", "[model][ya
         "(docs/model-format.md names the tensors)");
 }
 
+TEST_CASE("each rule of a model names the key at fault", "[model][errors]") {
+  // Line 12 is the first after k_llama_like; a value's column follows "key: ".
+  const std::string tiny = k_llama_like;
+  CHECK(error_of(replace(tiny, "name: tiny", "name: Tiny")) ==
+        "m.yaml:1:7: 'name' may use only lowercase letters, digits, '-', '.' and '_'; got 'Tiny'");
+  // The sliding layers' own geometry is checked under its own path.
+  CHECK(error_of(tiny + "sliding_window: 8\nsliding_attention:\n  head_dim: 0\n") ==
+        "m.yaml:14:13: 'sliding_attention.head_dim' must be at least 1 (the key width per head)");
+  CHECK(error_of(tiny + "layer_pattern: state, full\nstate:\n  kind: mamba2\n  inner: 512\n"
+                        "  heads: 8\n  head_dim: 64\n  groups: 3\n  state_size: 16\n"
+                        "  conv_kernel: 4\n") ==
+        "m.yaml:18:11: state heads (8) must be a multiple of groups (3)");
+  CHECK(error_of(tiny + "kv_shared_layers: 4\n") ==
+        "m.yaml:12:19: kv_shared_layers (4) must be below the 4 attention layers: shared layers "
+        "read an earlier layer's KV");
+  CHECK(error_of(tiny + "moe:\n  routed_experts: 4\n  experts_per_token: 8\n"
+                        "  expert_intermediate_size: 64\n") ==
+        "m.yaml:14:22: experts_per_token (8) exceeds routed_experts (4)");
+}
+
 TEST_CASE("sizes that overflow 64 bits are located errors", "[model][errors]") {
   std::string text =
       replace(k_llama_like, "  kv_heads: 2", "  kv_heads: 2\n  head_dim: 9223372036854775807");
