@@ -198,6 +198,292 @@ u64 activation_estimate(const Model& m, u64 tokens, u64 seqs, u64 tp) {
   return checked_add(hidden, logits);
 }
 
+/// How the weights are stored, as the derivation says it: the checkpoint's own layout, tensor
+/// by tensor (`dtype_given` false and the model has one), or the one dtype `dtype`.
+std::string weight_storage(const Model& m, const ParamCount& params, bool dtype_given,
+                           DType dtype) {
+  if (m.weight_formats.empty() || dtype_given) {
+    return " in " + std::string(dtype_name(dtype)) + " (scales included)";
+  }
+  std::string main_format;
+  u64 largest = 0;
+  for (const TensorGroup& t : params.tensors) {
+    auto it = m.weight_formats.find(format_key(t));
+    if (it != m.weight_formats.end() && t.params() > largest) {
+      largest = t.params();
+      main_format = describe(it->second);
+    }
+  }
+  return " as the " + (m.quantization.empty() ? std::string("model file") : m.quantization) +
+         " checkpoint stores them (" + std::to_string(m.weight_formats.size()) +
+         " kinds of tensor, the largest " + main_format + "; the rest " +
+         std::string(dtype_name(m.dtype)) + ")";
+}
+
+/// The weights on the busiest GPU of one copy of deployment `d`; a note when --mtp finds no
+/// module to load.
+WeightBytes weights_on_one_gpu(const CapacityRequest& req, const Deployment& d,
+                               std::vector<std::string>& notes, Derivation& why) {
+  const Model& m = req.model;
+  const Parallelism& p = d.parallel;
+  ParamCount params = count_params(m);
+  if (req.mtp && m.mtp_layers == 0) {
+    notes.push_back("--mtp: " + m.name +
+                    " has no multi-token-prediction module; nothing is "
+                    "added");
+  }
+  WeightBytes weights = weight_bytes(m, params, req.weight_dtype, weight_sharding(d, req.mtp));
+  why.add("weights: ", num(params.main + (req.mtp ? params.mtp : 0)),
+          " parameters = ", bytes(weights.total),
+          weight_storage(m, params, req.weight_dtype.has_value(), d.weight_dtype) +
+              "; on one GPU with tp ",
+          num(p.tp), ", pp ", num(p.pp), ", ep ", num(p.ep),
+          m.moe && d.expert_tp > 1 ? " (each expert over " + std::to_string(d.expert_tp) + ")" : "",
+          p.redundant_experts > 0
+              ? ", " + std::to_string(d.experts_per_rank) + " experts per rank with " +
+                    std::to_string(p.redundant_experts) + " redundant"
+              : "",
+          p.dp_attention ? ", all but the routed experts replicated (dp-attention)" : "", ": ",
+          bytes(weights.per_gpu));
+  return weights;
+}
+
+/// The cache as one GPU holds it, in the format the engine stores.
+struct GpuCache {
+  CacheFormat format;
+  std::vector<CacheGroup> groups;
+  u64 bytes_per_token = 0; ///< KV per token on one GPU, every layer at the full rate
+};
+
+/// The cache of one GPU of deployment `d`, and its derivation.
+GpuCache cache_on_one_gpu(const CapacityRequest& req, const EngineRules& rules, const Deployment& d,
+                          Derivation& why) {
+  const Model& m = req.model;
+  CacheLayout layout;
+  layout.cache = rules.cache_request(req.cache, m, req.gpu);
+  layout.attention_tp = d.attention_tp;
+  layout.head_split = rules.head_split();
+  layout.pp = d.parallel.pp;
+  layout.mtp_layers = req.mtp ? m.mtp_layers : 0;
+  layout.state_defaults = rules.state_dtypes(m);
+  GpuCache c{resolve_cache_format(layout.cache, m), cache_groups(m, layout), 0};
+  c.bytes_per_token = bytes_per_token(c.groups);
+  u64 state = state_bytes(c.groups);
+  why.add("the cache on one GPU (attention tp ", num(d.attention_tp), ", pp ", num(d.parallel.pp),
+          "), " + describe(c.format) + ":");
+  explain_groups(c.groups, why);
+  why.add("KV per token on one GPU: ", bytes(c.bytes_per_token),
+          state ? "; state per sequence: " : "", state ? bytes(state) : Term(""));
+  return c;
+}
+
+/// What one GPU keeps besides the weights: --reserve, else the activations of one step of the
+/// scheduler's size and the runtime (docs/formulas.md, "Non-KV reserve").
+u64 non_kv_reserve(const Model& m, const EngineSettings& es, const Scheduler& s, u64 tp) {
+  return es.reserve_bytes.value_or(
+      checked_add(activation_estimate(m, s.max_batched_tokens, s.max_seqs, tp), k_runtime_bytes));
+}
+
+/// The engine's budget on one GPU and the KV pool it leaves, or the pool --kv-cache-memory
+/// gives; non_kv_estimated only when nothing the engine measured was given. A note when the
+/// non-KV memory given is under kvcalc's weights.
+Budget kv_pool_budget(const EngineRules& rules, const BudgetInputs& in,
+                      std::vector<std::string>& notes, Derivation& why) {
+  const EngineSettings& es = in.settings;
+  if (es.non_kv_bytes && *es.non_kv_bytes < in.weights_per_gpu) {
+    // A warning, not an error: an engine's log of another rank, or of a checkpoint quantized
+    // differently, may come in under kvcalc's weights of the busiest GPU.
+    notes.push_back("the non-KV memory given (--non-kv-memory, a plan's non_kv_memory), " +
+                    group_digits(*es.non_kv_bytes) +
+                    " B, is less than kvcalc's weights on one "
+                    "GPU (" +
+                    group_digits(in.weights_per_gpu) +
+                    " B): it is all the memory besides the KV cache, weights included; to "
+                    "give only what comes on top of the weights, use --reserve (reserve)");
+  }
+  Budget b = rules.budget(in, why);
+  b.non_kv_estimated =
+      b.non_kv_estimated && !es.reserve_bytes && !es.non_kv_bytes && !es.kv_cache_bytes;
+  if (es.kv_cache_bytes) {
+    if (*es.kv_cache_bytes == 0 || *es.kv_cache_bytes > in.gpu.memory_bytes) {
+      throw InputError("the KV pool given (--kv-cache-memory, a plan's kv_cache_memory), " +
+                       group_digits(*es.kv_cache_bytes) +
+                       " B, must be above 0 and at most the "
+                       "GPU's " +
+                       group_digits(in.gpu.memory_bytes) + " B");
+    }
+    b.pool_bytes = static_cast<long long>(*es.kv_cache_bytes);
+    why.add("KV pool given: ", bytes(*es.kv_cache_bytes), " per GPU");
+  }
+  return b;
+}
+
+/// Why nothing is left for the KV cache under budget `b`, if so.
+std::optional<std::string> no_room_for_kv(const Gpu& gpu, u64 weights_per_gpu, const Budget& b) {
+  if (weights_per_gpu > gpu.memory_bytes) {
+    return "the weights alone (" + group_digits(weights_per_gpu) + " B per GPU) exceed the " +
+           group_digits(gpu.memory_bytes) + " B of a " + gpu.name +
+           "; use more GPUs (--tp, --pp) or a smaller --weight-dtype";
+  }
+  if (b.pool_bytes <= 0) {
+    return "nothing is left for the KV cache: non-KV memory (" + group_digits(b.non_kv_bytes) +
+           " B per GPU) takes the whole budget (" + group_digits(b.budget_bytes) + " B)";
+  }
+  return std::nullopt;
+}
+
+/// The largest L in [lo, hi) at which `holds`, given that it holds at lo and not at hi and only
+/// fails as L grows: a bisection.
+template <class Holds> u64 last_holding(u64 lo, u64 hi, const Holds& holds) {
+  while (hi - lo > 1) {
+    u64 mid = lo + (hi - lo) / 2;
+    (holds(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+/// The longest request one pool holds, up to `cap` tokens (0: none).
+u64 longest_request(const Pool& pool, u64 cap) {
+  auto holds_one = [&](u64 tokens) { return pool.at(tokens).max_sequences >= 1; };
+  if (cap == 0 || !holds_one(1)) {
+    return 0;
+  }
+  return holds_one(cap) ? cap : last_holding(1, cap, holds_one);
+}
+
+/// One pool's capacity at a context, over the whole deployment of `r`: its sequences in every
+/// pool, none when the deployment does not fit.
+ContextCapacity over_deployment(ContextCapacity c, const CapacityResult& r) {
+  c.max_sequences = r.fits ? checked_mul(c.max_sequences, r.kv_pools) : 0;
+  if (!r.fits) {
+    c.max_concurrency = 0;
+  }
+  return c;
+}
+
+/// vLLM's auto-fit (--max-model-len auto): the model's length, shortened to the longest request
+/// one pool holds; refuses when not one token of a request fits.
+void auto_fit_max_model_len(const Model& m, const Pool& pool, CapacityResult& r) {
+  u64 fitted = r.fits ? longest_request(pool, m.max_context ? m.max_context : k_search_limit) : 0;
+  if (r.fits && fitted == 0) {
+    r.fits = false;
+    r.reason = "--max-model-len auto: not one token of a request fits the KV pool (vLLM: "
+               "\"Cannot auto-fit max_model_len\")";
+  }
+  r.max_model_len = fitted;
+  r.max_model_len_given = fitted > 0;
+  if (fitted > 0 && m.max_context && fitted < m.max_context) {
+    r.notes.push_back("--max-model-len auto: reduced from " + group_digits(m.max_context) + " to " +
+                      group_digits(fitted) + " to fit the KV pool");
+  }
+}
+
+/// One request of the engine's max model length against the pool: sets max_model_len (given,
+/// auto-fitted, or the model's) and longest_request, and lets the engine's rules say what it
+/// does when that request does not fit (rules.long_model_len).
+void check_max_model_len(const CapacityRequest& req, const EngineRules& rules, const Pool& pool,
+                         CapacityResult& r) {
+  const Model& m = req.model;
+  const EngineSettings& es = req.engine;
+  if (es.max_model_len && *es.max_model_len == 0) {
+    throw InputError("--max-model-len (a plan's max_model_len) must be at least 1 token");
+  }
+  r.max_model_len = es.max_model_len.value_or(m.max_context);
+  r.max_model_len_given = es.max_model_len.has_value();
+  if (es.max_model_len && m.max_context && *es.max_model_len > m.max_context) {
+    r.notes.push_back("--max-model-len " + group_digits(*es.max_model_len) +
+                      " is above the model's max_context of " + group_digits(m.max_context) +
+                      ": vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and the model "
+                      "was not trained that long");
+  }
+  if (es.max_model_len_auto) {
+    auto_fit_max_model_len(m, pool, r);
+  }
+  if (r.fits && r.max_model_len > 0) {
+    u64 longest = longest_request(pool, r.max_model_len);
+    r.longest_request = longest;
+    if (longest < r.max_model_len) {
+      rules.long_model_len(
+          {r.max_model_len, r.max_model_len_given, longest, pool.at(r.max_model_len)}, r);
+    }
+  }
+}
+
+/// The note when some context holds more sequences per pool than the scheduler runs at once.
+std::optional<std::string> scheduler_limit_note(const CapacityResult& r) {
+  for (const auto& c : r.contexts) {
+    if (r.engine != Engine::plain && c.max_sequences / r.kv_pools > r.max_seqs) {
+      return "at " + group_digits(c.tokens) +
+             " tokens the KV cache holds more sequences per pool "
+             "than the scheduler runs at once (max_num_seqs " +
+             group_digits(r.max_seqs) + ")";
+    }
+  }
+  return std::nullopt;
+}
+
+/// Sequences at each context asked (with --max-model-len auto and none asked, at the length it
+/// fitted), over the whole deployment, into r.contexts, with the notes on them.
+void sequences_at_contexts(const CapacityRequest& req, const EngineRules& rules, const Pool& pool,
+                           CapacityResult& r, Derivation& why) {
+  const Model& m = req.model;
+  const EngineSettings& es = req.engine;
+  std::vector<u64> contexts = req.contexts;
+  if (es.max_model_len_auto && contexts.empty() && !req.max_context_at && r.max_model_len > 0) {
+    contexts.push_back(r.max_model_len); // the length it fitted
+  }
+  for (u64 tokens : contexts) {
+    if (r.max_model_len_given && !es.max_model_len_auto && tokens > r.max_model_len) {
+      throw InputError("context " + group_digits(tokens) + " exceeds --max-model-len " +
+                       group_digits(r.max_model_len) +
+                       " (a plan's max_model_len): the engine rejects longer requests; ask for "
+                       "contexts up to it, or raise it");
+    }
+    r.contexts.push_back(over_deployment(pool.at(tokens), r));
+    if (r.fits && r.contexts.back().max_sequences == 0) {
+      r.notes.push_back(rules.too_long(pool.at(tokens), longest_request(pool, tokens), r));
+    }
+    if (m.max_context && tokens > m.max_context) {
+      r.notes.push_back(m.name + ": context " + group_digits(tokens) +
+                        " exceeds its max_context of " + group_digits(m.max_context) + " tokens");
+    }
+  }
+  const Parallelism& p = r.parallel;
+  if (r.kv_pools > 1) {
+    why.add("sequences: per pool × ", num(r.kv_pools), " pools (", num(r.replicas), " model copies",
+            p.dp_attention ? " × " : "", p.dp_attention ? num(p.dp) : Term(""),
+            p.dp_attention ? " attention-DP ranks" : "", ")");
+  }
+  if (std::optional<std::string> note = scheduler_limit_note(r)) {
+    r.notes.push_back(std::move(*note));
+  }
+}
+
+/// The longest context at which the deployment still holds some number of sequences, and what
+/// ends it (CapacityResult::max_context_limited_by).
+struct LongestContext {
+  u64 tokens = 0; ///< 0: not even one token
+  std::string limited_by;
+};
+
+/// The longest context, up to the engine's max model length, at which the deployment of `r`
+/// holds `want` sequences: sequences only fall as contexts grow.
+LongestContext longest_context_at(u64 want, const Pool& pool, const CapacityResult& r) {
+  if (want == 0) {
+    throw InputError("--max-context-at needs at least 1 sequence");
+  }
+  u64 limit = r.max_model_len ? r.max_model_len : k_search_limit;
+  auto holds = [&](u64 tokens) {
+    return over_deployment(pool.at(tokens), r).max_sequences >= want;
+  };
+  if (holds(limit)) {
+    return {limit, r.max_model_len_given ? "max_model_len"
+                   : r.max_model_len     ? "max_context"
+                                         : "search_limit"};
+  }
+  return {holds(1) ? last_holding(1, limit, holds) : 0, "kv_cache"};
+}
+
 } // namespace
 
 CapacityResult compute_capacity(const CapacityRequest& req) {
@@ -217,121 +503,38 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
   const Parallelism& p = resolved.parallel;
   r.parallel = p;
   r.replicas = resolved.replicas;
-  u64 attention_tp = resolved.attention_tp;
   r.kv_pools = resolved.kv_pools;
-
-  // Weights on the busiest GPU of one copy.
-  ParamCount params = count_params(m);
   r.weight_dtype = resolved.weight_dtype;
-  if (req.mtp && m.mtp_layers == 0) {
-    r.notes.push_back("--mtp: " + m.name +
-                      " has no multi-token-prediction module; nothing is "
-                      "added");
-  }
-  WeightBytes weights =
-      weight_bytes(m, params, req.weight_dtype, weight_sharding(resolved, req.mtp));
-  r.weights_bytes_per_gpu = weights.per_gpu;
-  // How they are stored: the checkpoint's own layout, tensor by tensor, or one dtype.
-  std::string stored = " in " + std::string(dtype_name(r.weight_dtype)) + " (scales included)";
-  if (!m.weight_formats.empty() && !req.weight_dtype) {
-    std::string main_format;
-    u64 largest = 0;
-    for (const TensorGroup& t : params.tensors) {
-      auto it = m.weight_formats.find(format_key(t));
-      if (it != m.weight_formats.end() && t.params() > largest) {
-        largest = t.params();
-        main_format = describe(it->second);
-      }
-    }
-    stored = " as the " + (m.quantization.empty() ? std::string("model file") : m.quantization) +
-             " checkpoint stores them (" + std::to_string(m.weight_formats.size()) +
-             " kinds of tensor, the largest " + main_format + "; the rest " +
-             std::string(dtype_name(m.dtype)) + ")";
-  }
-  why.add("weights: ", num(params.main + (req.mtp ? params.mtp : 0)),
-          " parameters = ", bytes(weights.total), stored + "; on one GPU with tp ", num(p.tp),
-          ", pp ", num(p.pp), ", ep ", num(p.ep),
-          m.moe && resolved.expert_tp > 1
-              ? " (each expert over " + std::to_string(resolved.expert_tp) + ")"
-              : "",
-          p.redundant_experts > 0
-              ? ", " + std::to_string(resolved.experts_per_rank) + " experts per rank with " +
-                    std::to_string(p.redundant_experts) + " redundant"
-              : "",
-          p.dp_attention ? ", all but the routed experts replicated (dp-attention)" : "", ": ",
-          bytes(weights.per_gpu));
 
-  // The cache as one GPU holds it, in the format the engine stores.
-  CacheLayout layout;
-  layout.cache = rules.cache_request(req.cache, m, gpu);
-  layout.attention_tp = attention_tp;
-  layout.head_split = rules.head_split();
-  layout.pp = p.pp;
-  layout.mtp_layers = req.mtp ? m.mtp_layers : 0;
-  layout.state_defaults = rules.state_dtypes(m);
-  r.cache = resolve_cache_format(layout.cache, m);
-  r.cache_groups = cache_groups(m, layout);
-  r.kv_bytes_per_token_per_gpu = bytes_per_token(r.cache_groups);
-  why.add("the cache on one GPU (attention tp ", num(attention_tp), ", pp ", num(p.pp),
-          "), " + describe(r.cache) + ":");
-  explain_groups(r.cache_groups, why);
-  why.add("KV per token on one GPU: ", bytes(r.kv_bytes_per_token_per_gpu),
-          state_bytes(r.cache_groups) ? "; state per sequence: " : "",
-          state_bytes(r.cache_groups) ? bytes(state_bytes(r.cache_groups)) : Term(""));
+  WeightBytes weights = weights_on_one_gpu(req, resolved, r.notes, why);
+  r.weights_bytes_per_gpu = weights.per_gpu;
+
+  GpuCache cache = cache_on_one_gpu(req, rules, resolved, why);
+  r.cache = cache.format;
+  r.cache_groups = std::move(cache.groups);
+  r.kv_bytes_per_token_per_gpu = cache.bytes_per_token;
 
   Scheduler scheduler = rules.scheduler(gpu, es);
   r.max_seqs = scheduler.max_seqs;
   r.max_batched_tokens = scheduler.max_batched_tokens;
-  u64 reserve = es.reserve_bytes.value_or(
-      checked_add(activation_estimate(m, r.max_batched_tokens, r.max_seqs, p.tp), k_runtime_bytes));
+  u64 reserve = non_kv_reserve(m, es, scheduler, p.tp);
 
-  // The pool per GPU.
-  if (es.non_kv_bytes && *es.non_kv_bytes < weights.per_gpu) {
-    // A warning, not an error: an engine's log of another rank, or of a checkpoint quantized
-    // differently, may come in under kvcalc's weights of the busiest GPU.
-    r.notes.push_back("the non-KV memory given (--non-kv-memory, a plan's non_kv_memory), " +
-                      group_digits(*es.non_kv_bytes) +
-                      " B, is less than kvcalc's weights on one "
-                      "GPU (" +
-                      group_digits(weights.per_gpu) +
-                      " B): it is all the memory besides the KV cache, weights included; to "
-                      "give only what comes on top of the weights, use --reserve (reserve)");
-  }
-  Budget budget = rules.budget({gpu, es, p, weights.per_gpu, reserve}, why);
+  Budget budget = kv_pool_budget(rules, {gpu, es, p, weights.per_gpu, reserve}, r.notes, why);
   r.memory_fraction = budget.memory_fraction;
   r.budget_bytes = budget.budget_bytes;
-  r.non_kv_estimated =
-      budget.non_kv_estimated && !es.reserve_bytes && !es.non_kv_bytes && !es.kv_cache_bytes;
+  r.non_kv_estimated = budget.non_kv_estimated;
   r.other_non_kv_bytes_per_gpu =
       budget.non_kv_bytes - std::min(budget.non_kv_bytes, weights.per_gpu);
-  long long pool = budget.pool_bytes;
-  if (es.kv_cache_bytes) {
-    if (*es.kv_cache_bytes == 0 || *es.kv_cache_bytes > gpu.memory_bytes) {
-      throw InputError("the KV pool given (--kv-cache-memory, a plan's kv_cache_memory), " +
-                       group_digits(*es.kv_cache_bytes) +
-                       " B, must be above 0 and at most the "
-                       "GPU's " +
-                       group_digits(gpu.memory_bytes) + " B");
-    }
-    pool = static_cast<long long>(*es.kv_cache_bytes);
-    why.add("KV pool given: ", bytes(*es.kv_cache_bytes), " per GPU");
-  }
-  if (weights.per_gpu > gpu.memory_bytes) {
+  if (std::optional<std::string> reason = no_room_for_kv(gpu, weights.per_gpu, budget)) {
     r.fits = false;
-    r.reason = "the weights alone (" + group_digits(weights.per_gpu) + " B per GPU) exceed the " +
-               group_digits(gpu.memory_bytes) + " B of a " + gpu.name +
-               "; use more GPUs (--tp, --pp) or a smaller --weight-dtype";
-  } else if (pool <= 0) {
-    r.fits = false;
-    r.reason = "nothing is left for the KV cache: non-KV memory (" +
-               group_digits(budget.non_kv_bytes) + " B per GPU) takes the whole budget (" +
-               group_digits(r.budget_bytes) + " B)";
+    r.reason = std::move(*reason);
   }
-  r.kv_pool_bytes_per_gpu = pool > 0 ? static_cast<u64>(pool) : 0;
+  r.kv_pool_bytes_per_gpu = budget.pool_bytes > 0 ? static_cast<u64>(budget.pool_bytes) : 0;
 
-  // The engine's pool over the cache groups.
-  PlanInputs plan{m, gpu, es, p, attention_tp, r.cache_groups, r.kv_pool_bytes_per_gpu, scheduler};
-  std::unique_ptr<Pool> engine_pool = rules.plan(plan, r, why);
+  // The engine's pool over the cache groups: kv_tokens, blocks, pool groups, state slots.
+  PlanInputs plan{
+      m, gpu, es, p, resolved.attention_tp, r.cache_groups, r.kv_pool_bytes_per_gpu, scheduler};
+  std::unique_ptr<Pool> pool = rules.plan(plan, r, why);
   if (r.fits && r.kv_pool_bytes_per_gpu > 0 && r.kv_tokens == 0 && r.state_slots == 0 &&
       !r.cache_groups.empty()) {
     r.fits = false;
@@ -339,131 +542,14 @@ CapacityResult compute_capacity(const CapacityRequest& req) {
                " B per GPU) holds no token of " + m.name;
   }
 
-  // One request of the engine's max model length against the pool.
-  if (es.max_model_len && *es.max_model_len == 0) {
-    throw InputError("--max-model-len (a plan's max_model_len) must be at least 1 token");
-  }
-  r.max_model_len = es.max_model_len.value_or(m.max_context);
-  r.max_model_len_given = es.max_model_len.has_value();
-  if (es.max_model_len && m.max_context && *es.max_model_len > m.max_context) {
-    r.notes.push_back("--max-model-len " + group_digits(*es.max_model_len) +
-                      " is above the model's max_context of " + group_digits(m.max_context) +
-                      ": vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and the model "
-                      "was not trained that long");
-  }
-  // The longest request one pool holds, up to `cap`: what one sequence needs only grows.
-  auto longest_up_to = [&](u64 cap) -> u64 {
-    auto holds_one = [&](u64 tokens) { return engine_pool->at(tokens).max_sequences >= 1; };
-    if (cap == 0 || !holds_one(1)) {
-      return 0;
-    }
-    u64 lo = 1;
-    u64 hi = cap;
-    if (holds_one(hi)) {
-      return hi;
-    }
-    while (hi - lo > 1) {
-      u64 mid = lo + (hi - lo) / 2;
-      (holds_one(mid) ? lo : hi) = mid;
-    }
-    return lo;
-  };
-  if (es.max_model_len_auto) {
-    // vLLM's auto-fit: the model's length, shortened to what one request can hold.
-    u64 fitted = r.fits ? longest_up_to(m.max_context ? m.max_context : k_search_limit) : 0;
-    if (r.fits && fitted == 0) {
-      r.fits = false;
-      r.reason = "--max-model-len auto: not one token of a request fits the KV pool (vLLM: "
-                 "\"Cannot auto-fit max_model_len\")";
-    }
-    r.max_model_len = fitted;
-    r.max_model_len_given = fitted > 0;
-    if (fitted > 0 && m.max_context && fitted < m.max_context) {
-      r.notes.push_back("--max-model-len auto: reduced from " + group_digits(m.max_context) +
-                        " to " + group_digits(fitted) + " to fit the KV pool");
-    }
-  }
-  if (r.fits && r.max_model_len > 0) {
-    u64 longest = longest_up_to(r.max_model_len);
-    r.longest_request = longest;
-    if (longest < r.max_model_len) {
-      rules.long_model_len(
-          {r.max_model_len, r.max_model_len_given, longest, engine_pool->at(r.max_model_len)}, r);
-    }
-  }
-
-  // Sequences at each context, over the whole deployment.
-  auto deployment = [&](ContextCapacity c) {
-    c.max_sequences = r.fits ? checked_mul(c.max_sequences, r.kv_pools) : 0;
-    if (!r.fits) {
-      c.max_concurrency = 0;
-    }
-    return c;
-  };
-  std::vector<u64> contexts = req.contexts;
-  if (es.max_model_len_auto && contexts.empty() && !req.max_context_at && r.max_model_len > 0) {
-    contexts.push_back(r.max_model_len); // the length it fitted
-  }
-  for (u64 tokens : contexts) {
-    if (r.max_model_len_given && !es.max_model_len_auto && tokens > r.max_model_len) {
-      throw InputError("context " + group_digits(tokens) + " exceeds --max-model-len " +
-                       group_digits(r.max_model_len) +
-                       " (a plan's max_model_len): the engine rejects longer requests; ask for "
-                       "contexts up to it, or raise it");
-    }
-    r.contexts.push_back(deployment(engine_pool->at(tokens)));
-    if (r.fits && r.contexts.back().max_sequences == 0) {
-      r.notes.push_back(rules.too_long(engine_pool->at(tokens), longest_up_to(tokens), r));
-    }
-    if (m.max_context && tokens > m.max_context) {
-      r.notes.push_back(m.name + ": context " + group_digits(tokens) +
-                        " exceeds its max_context of " + group_digits(m.max_context) + " tokens");
-    }
-  }
-  if (r.kv_pools > 1) {
-    why.add("sequences: per pool × ", num(r.kv_pools), " pools (", num(r.replicas), " model copies",
-            p.dp_attention ? " × " : "", p.dp_attention ? num(p.dp) : Term(""),
-            p.dp_attention ? " attention-DP ranks" : "", ")");
-  }
-  for (const auto& c : r.contexts) {
-    if (es.engine != Engine::plain && c.max_sequences / r.kv_pools > r.max_seqs) {
-      r.notes.push_back("at " + group_digits(c.tokens) +
-                        " tokens the KV cache holds more sequences per pool "
-                        "than the scheduler runs at once (max_num_seqs " +
-                        group_digits(r.max_seqs) + ")");
-      break;
-    }
-  }
-
-  // The longest context that still holds N sequences: sequences only fall as contexts grow.
+  check_max_model_len(req, rules, *pool, r);
+  sequences_at_contexts(req, rules, *pool, r, why);
   if (req.max_context_at && r.fits) {
-    u64 want = *req.max_context_at;
-    if (want == 0) {
-      throw InputError("--max-context-at needs at least 1 sequence");
-    }
-    u64 limit = r.max_model_len ? r.max_model_len : k_search_limit;
-    auto holds = [&](u64 tokens) {
-      return deployment(engine_pool->at(tokens)).max_sequences >= want;
-    };
-    r.max_context_limited_by = "kv_cache";
-    if (holds(limit)) {
-      r.max_context_at = limit;
-      r.max_context_limited_by = r.max_model_len_given ? "max_model_len"
-                                 : r.max_model_len     ? "max_context"
-                                                       : "search_limit";
-    } else if (holds(1)) {
-      u64 lo = 1;
-      u64 hi = limit;
-      while (hi - lo > 1) {
-        u64 mid = lo + (hi - lo) / 2;
-        (holds(mid) ? lo : hi) = mid;
-      }
-      r.max_context_at = lo;
-    } else {
-      r.max_context_at = 0;
-    }
-    if (req.contexts.empty() && *r.max_context_at > 0) {
-      r.contexts.push_back(deployment(engine_pool->at(*r.max_context_at)));
+    LongestContext at = longest_context_at(*req.max_context_at, *pool, r);
+    r.max_context_at = at.tokens;
+    r.max_context_limited_by = std::move(at.limited_by);
+    if (req.contexts.empty() && at.tokens > 0) {
+      r.contexts.push_back(over_deployment(pool->at(at.tokens), r));
     }
   }
   return r;
