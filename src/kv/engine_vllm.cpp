@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -61,40 +62,77 @@ u64 pages_for(const VllmSpec& s, u64 tokens, u64 dcp, u64 max_batched, MambaCach
   return 0;
 }
 
+/// vLLM's KV cache groups on one GPU (get_kv_cache_groups) and the one pool of blocks they
+/// share (get_kv_cache_config_from_groups).
+struct VllmGroups {
+  std::vector<VllmSpec> specs;
+  /// Every spec full attention of one block size, pages differing (an MLA latent and its DSA
+  /// indexer): one group of every layer (UniformTypeKVCacheSpecs).
+  bool uniform_type = false;
+  u64 group_size = 0;      ///< layers of one group
+  u64 bytes_per_block = 0; ///< one block over every layer it spans
+  u64 num_blocks = 0;      ///< blocks of the pool
+
+  /// The KV cache groups: one when uniform-type, else each spec's.
+  [[nodiscard]] u64 count() const {
+    if (uniform_type) {
+      return 1;
+    }
+    u64 n = 0;
+    for (const auto& s : specs) {
+      n += s.num_groups;
+    }
+    return n;
+  }
+
+  /// The smallest block of the specs in tokens; 0 when none has one.
+  [[nodiscard]] u64 min_block() const {
+    u64 least = UINT64_MAX;
+    for (const auto& s : specs) {
+      if (s.block_size > 0) {
+        least = std::min(least, s.block_size);
+      }
+    }
+    return least == UINT64_MAX ? 0 : least;
+  }
+
+  /// Blocks one request of `tokens` tokens takes from the pool.
+  [[nodiscard]] u64 blocks_for(u64 tokens, u64 dcp, u64 max_batched, MambaCacheMode mode) const {
+    u64 blocks = 0;
+    for (const auto& s : specs) {
+      u64 pages = pages_for(s, tokens, dcp, max_batched, mode);
+      // A uniform-type group allocates one block across all its layers: the most pages any
+      // layer needs.
+      blocks = uniform_type ? std::max(blocks, pages)
+                            : checked_add(blocks, checked_mul(s.num_groups, pages));
+    }
+    return blocks;
+  }
+};
+
 class VllmPool : public Pool {
 public:
-  VllmPool(std::vector<VllmSpec> specs, u64 num_blocks, u64 bytes_per_block, u64 dcp,
-           u64 max_batched, MambaCacheMode mode, bool uniform_type)
-      : m_specs(std::move(specs)), m_num_blocks(num_blocks), m_bytes_per_block(bytes_per_block),
-        m_dcp(dcp), m_max_batched(max_batched), m_mode(mode), m_uniform_type(uniform_type) {}
+  VllmPool(VllmGroups groups, u64 dcp, u64 max_batched, MambaCacheMode mode)
+      : m_groups(std::move(groups)), m_dcp(dcp), m_max_batched(max_batched), m_mode(mode) {}
 
   [[nodiscard]] ContextCapacity at(u64 tokens) const override {
     ContextCapacity c;
     c.tokens = tokens;
-    u64 blocks = 0;
-    for (const auto& s : m_specs) {
-      u64 pages = pages_for(s, tokens, m_dcp, m_max_batched, m_mode);
-      // A uniform-type group allocates one block across all its layers: the most pages any
-      // layer needs.
-      blocks = m_uniform_type ? std::max(blocks, pages)
-                              : checked_add(blocks, checked_mul(s.num_groups, pages));
-    }
+    u64 blocks = m_groups.blocks_for(tokens, m_dcp, m_max_batched, m_mode);
+    u64 num_blocks = m_groups.num_blocks;
     c.blocks_per_sequence = blocks;
-    c.bytes_per_sequence = checked_mul(blocks, m_bytes_per_block, "bytes per sequence");
-    c.max_concurrency = static_cast<double>(m_num_blocks) / static_cast<double>(blocks);
+    c.bytes_per_sequence = checked_mul(blocks, m_groups.bytes_per_block, "bytes per sequence");
+    c.max_concurrency = static_cast<double>(num_blocks) / static_cast<double>(blocks);
     // The block pool holds one null block back; whole requests fit in the rest.
-    c.max_sequences = m_num_blocks > 0 ? (m_num_blocks - 1) / blocks : 0;
+    c.max_sequences = num_blocks > 0 ? (num_blocks - 1) / blocks : 0;
     return c;
   }
 
 private:
-  std::vector<VllmSpec> m_specs;
-  u64 m_num_blocks;
-  u64 m_bytes_per_block; ///< one block over every layer it spans
+  VllmGroups m_groups;
   u64 m_dcp;
   u64 m_max_batched;
   MambaCacheMode m_mode;
-  bool m_uniform_type;
 };
 
 /// "20.00 GiB", as vLLM's format_gib prints memory.
@@ -121,6 +159,247 @@ bool big_gpu(const Gpu& gpu) {
 
 bool latent_mla(const CacheGroup& g) {
   return g.spec.mla && g.spec.format.mla_format != MlaCacheFormat::expanded;
+}
+
+bool is_state(const CacheGroup& g) {
+  return g.spec.kind == CacheKind::state;
+}
+
+/// The first group of attention layers (neither a state nor a DSA indexer); null when none.
+const CacheGroup* first_attention(const std::vector<CacheGroup>& groups) {
+  auto it = std::find_if(groups.begin(), groups.end(), [](const CacheGroup& g) {
+    return !is_state(g) && g.spec.kind != CacheKind::indexer;
+  });
+  return it == groups.end() ? nullptr : &*it;
+}
+
+/// The attention block size: the user's or 16, raised to what the attention backend needs
+/// (vllm/platforms/cuda.py).
+u64 attention_block_size(const PlanInputs& in) {
+  bool mla = std::any_of(in.groups.begin(), in.groups.end(), latent_mla);
+  bool sparse = in.model.indexer.has_value();
+  u64 block = in.settings.block_size.value_or(16);
+  if (sparse) {
+    block = 64; // FlashMLA-sparse takes exactly 64
+  } else if (mla && in.gpu.architecture == "hopper" && block % 64 != 0) {
+    block = 64; // FlashMLA
+  } else if (mla && in.gpu.architecture == "blackwell") {
+    bool flashinfer = in.model.attention.mla.qk_nope_head_dim == 128 && in.parallel.dcp == 1;
+    if (flashinfer && block != 32 && block % 64 != 0) {
+      block = 64; // FlashInfer MLA
+    } else if (!flashinfer && block % 128 != 0) {
+      block = 128; // CUTLASS MLA
+    }
+  }
+  return block;
+}
+
+/// The attention block, and the page every state layer takes in a hybrid attention + state
+/// model.
+struct VllmBlock {
+  u64 block = 0; ///< tokens per attention block
+  /// Hybrid models: every state layer's page, the attention page of `block` tokens; unset
+  /// elsewhere, where a state's page is its own state bytes.
+  std::optional<u64> state_page;
+};
+
+/// Platform._align_hybrid_block_size: in a hybrid attention + state model the attention block
+/// grows until one attention page covers the largest state, and the state page is padded to
+/// the attention page.
+VllmBlock align_hybrid_block_size(const std::vector<CacheGroup>& groups, u64 block,
+                                  Derivation& why) {
+  const CacheGroup* attention = first_attention(groups);
+  if (attention == nullptr || std::none_of(groups.begin(), groups.end(), is_state)) {
+    return {block, std::nullopt};
+  }
+  u64 state_page = 0;
+  for (const auto& g : groups) {
+    if (is_state(g)) {
+      state_page = std::max(state_page, g.spec.state_bytes);
+    }
+  }
+  u64 a1 = attention->spec.bytes_per_token;
+  u64 aligned = checked_mul(block, ceil_div(state_page, checked_mul(block, a1)));
+  why.add("vLLM hybrid: attention block = ", num(block), " × ⌈state page ", bytes(state_page),
+          " / (", num(block), " × ", bytes(a1), " per token)⌉ = ", num(aligned),
+          " tokens; state page padded to ", num(std::max(block, aligned)), " × ", bytes(a1));
+  block = std::max(block, aligned);
+  return {block, checked_mul(block, a1)};
+}
+
+/// One spec per cache group, with its block and page (page_size_bytes): an attention layer's
+/// page is the block's tokens at its bytes per token; a state's is one state, and its block
+/// the attention block with `align`, else the whole context (0).
+std::vector<VllmSpec> kv_cache_specs(const std::vector<CacheGroup>& groups, const VllmBlock& b,
+                                     MambaCacheMode mode) {
+  std::vector<VllmSpec> specs;
+  for (const auto& g : groups) {
+    VllmSpec s{&g, b.block, 0, 1};
+    if (is_state(g)) {
+      s.page = b.state_page.value_or(g.spec.state_bytes);
+      s.block_size = mode == MambaCacheMode::align ? b.block : 0; // 0: the whole context
+    } else {
+      s.page = checked_mul(b.block, g.spec.bytes_per_token, "vLLM page");
+    }
+    specs.push_back(s);
+  }
+  return specs;
+}
+
+/// An MLA latent and its DSA indexer (every spec full attention of one block size, pages
+/// differing): one uniform-type group of every layer; a block spans all of them.
+VllmGroups uniform_type_group(std::vector<VllmSpec> specs, u64 pool_bytes, Derivation& why) {
+  VllmGroups g;
+  g.specs = std::move(specs);
+  g.uniform_type = true;
+  for (const auto& s : g.specs) {
+    g.bytes_per_block = checked_add(g.bytes_per_block, checked_mul(s.page, s.group->layers));
+  }
+  g.num_blocks = pool_bytes / g.bytes_per_block;
+  g.group_size = g.specs[0].group->layers;
+  why.add("vLLM: one uniform-type group (layers of one block size, pages differ): ",
+          bytes(pool_bytes), " // ", bytes(g.bytes_per_block),
+          " per block of every layer = ", num(g.num_blocks), " blocks");
+  return g;
+}
+
+/// unify_kv_cache_spec_page_size: every page grows to the largest, a smaller one's block with
+/// it; a page that does not divide the largest is refused. Returns the page.
+u64 unify_page_size(std::vector<VllmSpec>& specs, const std::string& model) {
+  u64 page = 0;
+  for (const auto& s : specs) {
+    page = std::max(page, s.page);
+  }
+  for (auto& s : specs) {
+    if (page % s.page != 0) {
+      throw InputError(model + ": vLLM cannot unify its page sizes (" + group_digits(s.page) +
+                       " B does not divide " + group_digits(page) +
+                       " B; kv_cache_utils.py raises NotImplementedError)");
+    }
+    if (s.block_size > 0) {
+      s.block_size *= page / s.page;
+    }
+    s.page = page;
+  }
+  return page;
+}
+
+/// _get_kv_cache_groups_uniform_page_size: layers per group, the smallest layer count of the
+/// specs, or the largest when it is under 1.5× the smallest (#36684).
+u64 group_size(const std::vector<VllmSpec>& specs) {
+  u64 low = UINT64_MAX;
+  u64 high = 0;
+  for (const auto& s : specs) {
+    low = std::min(low, s.group->layers);
+    high = std::max(high, s.group->layers);
+  }
+  return static_cast<double>(high) < 1.5 * static_cast<double>(low) ? high : low;
+}
+
+/// Pages of one size (unified), each spec's layers in groups of group_size layers, and the
+/// blocks the pool holds: pool // page // group_size. One spec is one group of every layer.
+VllmGroups uniform_page_groups(std::vector<VllmSpec> specs, u64 pool_bytes,
+                               const std::string& model, Derivation& why) {
+  VllmGroups g;
+  g.specs = std::move(specs);
+  u64 page = unify_page_size(g.specs, model);
+  g.group_size = group_size(g.specs);
+  for (auto& s : g.specs) {
+    s.num_groups = ceil_div(s.group->layers, g.group_size);
+  }
+  g.bytes_per_block = checked_mul(page, g.group_size);
+  g.num_blocks = pool_bytes / page / g.group_size;
+  if (g.specs.size() == 1) {
+    why.add("vLLM: page = ", bytes(page), " (block ", num(g.specs[0].block_size),
+            "); num_blocks = ", bytes(pool_bytes), " // ", bytes(page), " // ", num(g.group_size),
+            " layers = ", num(g.num_blocks));
+    return g;
+  }
+  DerivationLine line{"vLLM: page = ", bytes(page), "; groups of ", num(g.group_size), " layers:"};
+  for (const auto& s : g.specs) {
+    line.insert(line.end(), {" ", num(s.num_groups), " " + s.group->name});
+  }
+  line.insert(line.end(), {"; num_blocks = ", bytes(pool_bytes), " // ", bytes(page), " // ",
+                           num(g.group_size), " = ", num(g.num_blocks)});
+  why.add_line(std::move(line));
+  return g;
+}
+
+/// get_kv_cache_groups, with the block count of get_kv_cache_config_from_groups: one uniform-type
+/// group when every spec is full attention of one block size (more than one spec), else pages
+/// unify and each spec's layers split into groups.
+VllmGroups kv_cache_groups(std::vector<VllmSpec> specs, u64 pool_bytes, const std::string& model,
+                           Derivation& why) {
+  bool uniform_type =
+      specs.size() > 1 && std::all_of(specs.begin(), specs.end(), [](const VllmSpec& s) {
+        return s.group->spec.kind == CacheKind::full || s.group->spec.kind == CacheKind::indexer;
+      });
+  return uniform_type ? uniform_type_group(std::move(specs), pool_bytes, why)
+                      : uniform_page_groups(std::move(specs), pool_bytes, model, why);
+}
+
+/// --num-gpu-blocks-override replaces the count before the start-up check (#41069): the pool is
+/// then that many blocks, whatever the budget left; more than the GPU holds beside the weights
+/// does not fit, more than the budget left draws a note.
+void override_num_blocks(u64 blocks, const PlanInputs& in, VllmGroups& g, CapacityResult& r,
+                         Derivation& why) {
+  u64 pool = checked_mul(blocks, g.bytes_per_block, "--num-gpu-blocks-override × block bytes");
+  why.add("vLLM: num_gpu_blocks_override ", num(blocks), " replaces ", num(g.num_blocks),
+          " blocks: ", bytes(pool), " per GPU");
+  if (pool > in.gpu.memory_bytes - std::min(in.gpu.memory_bytes, r.weights_bytes_per_gpu)) {
+    // More than the GPU holds beside the weights: the allocation fails.
+    r.fits = false;
+    r.reason = "--num-gpu-blocks-override " + group_digits(blocks) + " blocks take " +
+               group_digits(pool) + " B per GPU, more than the " + in.gpu.name +
+               " holds beside the weights: vLLM runs out of memory allocating them";
+  } else if (pool > in.pool_bytes) {
+    r.notes.push_back("--num-gpu-blocks-override " + group_digits(blocks) + " blocks take " +
+                      group_digits(pool) + " B per GPU, more than the " +
+                      group_digits(in.pool_bytes) +
+                      " B the budget leaves for the KV cache: vLLM allocates them all the "
+                      "same and may run out of memory");
+  }
+  g.num_blocks = blocks;
+  r.kv_pool_bytes_per_gpu = pool;
+}
+
+/// The groups as the capacity JSON gives them: per spec, its layers in one group, the groups it
+/// fills, its block and page.
+std::vector<PoolGroup> pool_groups(const VllmGroups& g) {
+  std::vector<PoolGroup> out;
+  for (const auto& s : g.specs) {
+    out.push_back({g.uniform_type ? std::string("uniform:") + s.group->name : s.group->name,
+                   g.uniform_type ? s.group->layers : std::min(g.group_size, s.group->layers),
+                   g.uniform_type ? 1 : s.num_groups, s.block_size, s.page, 0});
+  }
+  return out;
+}
+
+/// How a serving run draws on the pool: whole blocks, the null block held back.
+SequencePool block_pool(const VllmGroups& g, u64 dcp, MambaCacheMode mode) {
+  SequencePool blocks{"blocks", "blocks", g.num_blocks > 0 ? g.num_blocks - 1 : 0, {}};
+  for (const auto& s : g.specs) {
+    if (g.uniform_type && &s != &g.specs.front()) {
+      continue; // one block spans every layer of a uniform-type group
+    }
+    u64 per = s.group->spec.kind == CacheKind::state && mode == MambaCacheMode::align
+                  ? 2 * s.num_groups
+                  : s.num_groups;
+    blocks.terms.push_back(
+        {s.group->spec.kind, s.group->spec.window, std::max<u64>(s.block_size, 1) * dcp, per});
+  }
+  return blocks;
+}
+
+/// "GPU KV cache size: N tokens" as _report_kv_cache_config logs it: num_blocks // groups × the
+/// smallest block (× dcp).
+u64 logged_kv_tokens(const VllmGroups& g, u64 dcp, Derivation& why) {
+  u64 groups = g.count();
+  u64 block = g.min_block();
+  u64 tokens = checked_mul(g.num_blocks / groups * block, dcp);
+  why.add("vLLM: GPU KV cache size = ", num(g.num_blocks), " // ", num(groups), " groups × ",
+          num(block), " = ", num(tokens), " tokens", dcp > 1 ? " (× dcp)" : "");
+  return tokens;
 }
 
 class VllmRules : public EngineRules {
@@ -194,197 +473,29 @@ public:
 
   [[nodiscard]] std::unique_ptr<Pool> plan(const PlanInputs& in, CapacityResult& r,
                                            Derivation& why) const override {
-    const std::vector<CacheGroup>& groups = in.groups;
-    const Gpu& gpu = in.gpu;
     MambaCacheMode mode = in.settings.mamba_cache_mode;
-    bool mla = std::any_of(groups.begin(), groups.end(), latent_mla);
-    bool sparse = in.model.indexer.has_value();
-    bool has_state = std::any_of(groups.begin(), groups.end(), [](const CacheGroup& g) {
-      return g.spec.kind == CacheKind::state;
-    });
-
-    // The attention block size: the user's or 16, raised to what the attention backend needs.
-    u64 block = in.settings.block_size.value_or(16);
-    if (sparse) {
-      block = 64; // FlashMLA-sparse takes exactly 64
-    } else if (mla && gpu.architecture == "hopper" && block % 64 != 0) {
-      block = 64; // FlashMLA
-    } else if (mla && gpu.architecture == "blackwell") {
-      bool flashinfer = in.model.attention.mla.qk_nope_head_dim == 128 && in.parallel.dcp == 1;
-      if (flashinfer && block != 32 && block % 64 != 0) {
-        block = 64; // FlashInfer MLA
-      } else if (!flashinfer && block % 128 != 0) {
-        block = 128; // CUTLASS MLA
-      }
-    }
-
-    // Hybrid attention + state models: the attention block grows until one attention page
-    // covers the largest state, and the state page is padded to the attention page.
-    u64 state_page = 0;
-    const CacheGroup* attention = nullptr;
-    for (const auto& g : groups) {
-      if (g.spec.kind == CacheKind::state) {
-        state_page = std::max(state_page, g.spec.state_bytes);
-      } else if (attention == nullptr && g.spec.kind != CacheKind::indexer) {
-        attention = &g;
-      }
-    }
-    if (has_state && attention != nullptr) {
-      u64 a1 = attention->spec.bytes_per_token;
-      u64 aligned = checked_mul(block, ceil_div(state_page, checked_mul(block, a1)));
-      why.add("vLLM hybrid: attention block = ", num(block), " × ⌈state page ", bytes(state_page),
-              " / (", num(block), " × ", bytes(a1), " per token)⌉ = ", num(aligned),
-              " tokens; state page padded to ", num(std::max(block, aligned)), " × ", bytes(a1));
-      block = std::max(block, aligned);
-      state_page = checked_mul(block, a1);
-    }
-
-    std::vector<VllmSpec> specs;
-    for (const auto& g : groups) {
-      VllmSpec s{&g, block, 0, 1};
-      if (g.spec.kind == CacheKind::state) {
-        s.page = attention != nullptr ? state_page : g.spec.state_bytes;
-        s.block_size = mode == MambaCacheMode::align ? block : 0; // 0: the whole context
-      } else {
-        s.page = checked_mul(block, g.spec.bytes_per_token, "vLLM page");
-      }
-      specs.push_back(s);
-    }
+    u64 dcp = in.parallel.dcp;
+    u64 max_batched = in.scheduler.max_batched_tokens;
+    VllmBlock block = align_hybrid_block_size(in.groups, attention_block_size(in), why);
+    std::vector<VllmSpec> specs = kv_cache_specs(in.groups, block, mode);
     if (specs.empty()) {
-      r.block_size = block;
-      return std::make_unique<VllmPool>(specs, 0, 1, in.parallel.dcp,
-                                        in.scheduler.max_batched_tokens, mode, false);
+      r.block_size = block.block;
+      return std::make_unique<VllmPool>(VllmGroups{}, dcp, max_batched, mode);
     }
-
-    // One group when every layer has one spec; one uniform-type group when every spec is
-    // full attention of one block size (an MLA latent and its DSA indexer); else pages unify
-    // and the layers of each spec split into groups of group_size layers.
-    bool uniform_type =
-        specs.size() > 1 && std::all_of(specs.begin(), specs.end(), [](const VllmSpec& s) {
-          return s.group->spec.kind == CacheKind::full || s.group->spec.kind == CacheKind::indexer;
-        });
-    u64 num_blocks = 0;
-    u64 bytes_per_block = 0; // one block over every layer it spans
-    u64 group_size = 0;
-    if (specs.size() == 1) {
-      group_size = specs[0].group->layers;
-      bytes_per_block = checked_mul(specs[0].page, group_size);
-      num_blocks = in.pool_bytes / specs[0].page / group_size;
-      why.add("vLLM: page = ", bytes(specs[0].page), " (block ", num(specs[0].block_size),
-              "); num_blocks = ", bytes(in.pool_bytes), " // ", bytes(specs[0].page), " // ",
-              num(group_size), " layers = ", num(num_blocks));
-    } else if (uniform_type) {
-      for (const auto& s : specs) {
-        bytes_per_block = checked_add(bytes_per_block, checked_mul(s.page, s.group->layers));
-      }
-      num_blocks = in.pool_bytes / bytes_per_block;
-      group_size = specs[0].group->layers;
-      why.add("vLLM: one uniform-type group (layers of one block size, pages differ): ",
-              bytes(in.pool_bytes), " // ", bytes(bytes_per_block),
-              " per block of every layer = ", num(num_blocks), " blocks");
-    } else {
-      u64 page = 0;
-      for (const auto& s : specs) {
-        page = std::max(page, s.page);
-      }
-      for (auto& s : specs) {
-        if (page % s.page != 0) {
-          throw InputError(in.model.name + ": vLLM cannot unify its page sizes (" +
-                           group_digits(s.page) + " B does not divide " + group_digits(page) +
-                           " B; kv_cache_utils.py raises NotImplementedError)");
-        }
-        if (s.block_size > 0) {
-          s.block_size *= page / s.page;
-        }
-        s.page = page;
-      }
-      u64 low = UINT64_MAX;
-      u64 high = 0;
-      for (const auto& s : specs) {
-        low = std::min(low, s.group->layers);
-        high = std::max(high, s.group->layers);
-      }
-      group_size = static_cast<double>(high) < 1.5 * static_cast<double>(low) ? high : low;
-      for (auto& s : specs) {
-        s.num_groups = ceil_div(s.group->layers, group_size);
-      }
-      bytes_per_block = checked_mul(page, group_size);
-      num_blocks = in.pool_bytes / page / group_size;
-      DerivationLine line{"vLLM: page = ", bytes(page), "; groups of ", num(group_size),
-                          " layers:"};
-      for (const auto& s : specs) {
-        line.insert(line.end(), {" ", num(s.num_groups), " " + s.group->name});
-      }
-      line.insert(line.end(), {"; num_blocks = ", bytes(in.pool_bytes), " // ", bytes(page), " // ",
-                               num(group_size), " = ", num(num_blocks)});
-      why.add_line(std::move(line));
-    }
-
+    VllmGroups groups = kv_cache_groups(std::move(specs), in.pool_bytes, in.model.name, why);
     if (in.settings.num_gpu_blocks) {
-      // --num-gpu-blocks-override replaces the count before the start-up check (#41069): the
-      // pool is then that many blocks, whatever the budget left.
-      u64 blocks = *in.settings.num_gpu_blocks;
-      u64 pool = checked_mul(blocks, bytes_per_block, "--num-gpu-blocks-override × block bytes");
-      why.add("vLLM: num_gpu_blocks_override ", num(blocks), " replaces ", num(num_blocks),
-              " blocks: ", bytes(pool), " per GPU");
-      if (pool > in.gpu.memory_bytes - std::min(in.gpu.memory_bytes, r.weights_bytes_per_gpu)) {
-        // More than the GPU holds beside the weights: the allocation fails.
-        r.fits = false;
-        r.reason = "--num-gpu-blocks-override " + group_digits(blocks) + " blocks take " +
-                   group_digits(pool) + " B per GPU, more than the " + in.gpu.name +
-                   " holds beside the weights: vLLM runs out of memory allocating them";
-      } else if (pool > in.pool_bytes) {
-        r.notes.push_back("--num-gpu-blocks-override " + group_digits(blocks) + " blocks take " +
-                          group_digits(pool) + " B per GPU, more than the " +
-                          group_digits(in.pool_bytes) +
-                          " B the budget leaves for the KV cache: vLLM allocates them all the "
-                          "same and may run out of memory");
-      }
-      num_blocks = blocks;
-      r.kv_pool_bytes_per_gpu = pool;
+      override_num_blocks(*in.settings.num_gpu_blocks, in, groups, r, why);
     }
-
-    u64 n_groups = 0;
-    u64 min_block = UINT64_MAX;
-    for (const auto& s : specs) {
-      n_groups += uniform_type ? 0 : s.num_groups;
-      if (s.block_size > 0) {
-        min_block = std::min(min_block, s.block_size);
-      }
-      PoolGroup pg{uniform_type ? std::string("uniform:") + s.group->name : s.group->name,
-                   uniform_type ? s.group->layers : std::min(group_size, s.group->layers),
-                   uniform_type ? 1 : s.num_groups,
-                   s.block_size,
-                   s.page,
-                   0};
-      r.pool_groups.push_back(pg);
-    }
-    n_groups = uniform_type ? 1 : n_groups;
-    // A serving run draws whole blocks from one pool, the null block held back.
-    SequencePool blocks{"blocks", "blocks", num_blocks > 0 ? num_blocks - 1 : 0, {}};
-    for (const auto& s : specs) {
-      if (uniform_type && &s != &specs.front()) {
-        continue; // one block spans every layer of a uniform-type group
-      }
-      u64 per = s.group->spec.kind == CacheKind::state && mode == MambaCacheMode::align
-                    ? 2 * s.num_groups
-                    : s.num_groups;
-      blocks.terms.push_back({s.group->spec.kind, s.group->spec.window,
-                              std::max<u64>(s.block_size, 1) * in.parallel.dcp, per});
-    }
-    r.sequence_pools.push_back(std::move(blocks));
-    min_block = min_block == UINT64_MAX ? 0 : min_block;
-    r.block_size = min_block;
-    r.num_blocks = num_blocks;
-    // "GPU KV cache size: N tokens" as _report_kv_cache_config logs it.
-    r.kv_tokens = checked_mul(num_blocks / n_groups * min_block, in.parallel.dcp);
-    r.state_slots = has_state && attention == nullptr ? num_blocks : 0;
-    why.add("vLLM: GPU KV cache size = ", num(num_blocks), " // ", num(n_groups), " groups × ",
-            num(min_block), " = ", num(r.kv_tokens), " tokens",
-            in.parallel.dcp > 1 ? " (× dcp)" : "");
-    return std::make_unique<VllmPool>(std::move(specs), num_blocks, bytes_per_block,
-                                      in.parallel.dcp, in.scheduler.max_batched_tokens, mode,
-                                      uniform_type);
+    r.pool_groups = pool_groups(groups);
+    r.sequence_pools.push_back(block_pool(groups, dcp, mode));
+    r.block_size = groups.min_block();
+    r.num_blocks = groups.num_blocks;
+    r.kv_tokens = logged_kv_tokens(groups, dcp, why);
+    // An attention-free model: the pool is all state blocks.
+    bool states_only = std::any_of(in.groups.begin(), in.groups.end(), is_state) &&
+                       first_attention(in.groups) == nullptr;
+    r.state_slots = states_only ? groups.num_blocks : 0;
+    return std::make_unique<VllmPool>(std::move(groups), dcp, max_batched, mode);
   }
 };
 
