@@ -182,6 +182,84 @@ TEST_CASE("vLLM sizes DSA as one uniform-type group", "[capacity][vllm][dsa]") {
   CHECK(r.contexts[0].max_sequences == 6);
 }
 
+// vLLM's attention block for an MLA cache is the backend's (vllm/platforms/cuda.py): 16 unless
+// --block-size; on Hopper FlashMLA takes multiples of 64 (16 → 64, 128 stays); on Blackwell
+// FlashInfer MLA, when d_nope = 128 and dcp = 1, takes 32 or multiples of 64 (16 → 64, 32
+// stays), else CUTLASS MLA multiples of 128 (16 → 128). No rule elsewhere (A100: 16).
+TEST_CASE("vLLM's MLA block follows the attention backend", "[capacity][vllm][mla]") {
+  auto block = [](const Model& m, const char* gpu_name, std::optional<u64> block_size, u64 dcp) {
+    auto req = request(m, gpu_name, Engine::vllm, {4096});
+    req.engine.block_size = block_size;
+    req.parallel.tp = dcp;
+    req.parallel.dcp = dcp;
+    return compute_capacity(req).block_size;
+  };
+  const Model& lite = zoo("deepseek-v2-lite"); // d_nope 128
+  CHECK(block(lite, "h100-sxm", std::nullopt, 1) == 64);
+  CHECK(block(lite, "h100-sxm", 128, 1) == 128);
+  CHECK(block(lite, "b200", std::nullopt, 1) == 64);
+  CHECK(block(lite, "b200", 32, 1) == 32);
+  CHECK(block(lite, "b200", std::nullopt, 2) == 128);               // dcp 2: CUTLASS MLA
+  CHECK(block(zoo("minicpm3-4b"), "b200", std::nullopt, 1) == 128); // d_nope 64: CUTLASS MLA
+  CHECK(block(lite, "a100-sxm-80gb", std::nullopt, 1) == 16);
+}
+
+// vLLM unifies page sizes before grouping (kv_cache_utils.py unify_kv_cache_spec_page_size, then
+// _get_kv_cache_groups_uniform_page_size). 40 layers '3:1': 30 sliding (W = 1,024) with
+// head_dim 64 and 10 full with head_dim 128, 8 KV heads, bf16:
+//   full page 16 x 2 x 8 x 128 x 2 = 65,536 B; sliding page 16 x 2 x 8 x 64 x 2 = 32,768 B,
+//   which divides 65,536: the sliding block grows to 16 x 2 = 32, its page to 65,536 B;
+//   group_size: 30 is not under 1.5 x 10, so 10: 1 full group, 3 sliding groups;
+//   num_blocks = 1 GiB // 65,536 // 10 = 16,384 // 10 = 1,638;
+//   GPU KV cache size = 1,638 // 4 groups x 16 (the smallest block) = 409 x 16 = 6,544 tokens;
+//   one request of 8,192 tokens (max_num_batched_tokens 8,192 on an H100): full ⌈8,192 / 16⌉ =
+//   512, each sliding group ⌈min(1,023 + 8,192, 8,192) / 32⌉ + 1 = 257: 512 + 3 x 257 = 1,283
+//   blocks; (1,638 − 1) // 1,283 = 1 request.
+// A sliding head_dim of 96 gives a 49,152 B page, which does not divide 65,536: vLLM raises.
+TEST_CASE("vLLM unifies page sizes by growing the smaller page's block", "[capacity][vllm]") {
+  auto model = [](const char* sliding_head_dim) {
+    return parse_model_yaml(std::string(R"(name: unify
+source: hand-made
+layers: 40
+hidden_size: 4096
+vocab_size: 32000
+max_context: 32768
+attention: {kind: gqa, heads: 32, kv_heads: 8, head_dim: 128}
+sliding_attention: {head_dim: )") +
+                                sliding_head_dim + R"(}
+mlp: {intermediate_size: 14336}
+sliding_window: 1024
+layer_pattern: '3:1'
+)",
+                            "unify.yaml");
+  };
+  auto req = request(model("64"), "h100-sxm", Engine::vllm, {8192});
+  req.engine.kv_cache_bytes = 1ULL << 30;
+  CapacityResult r = compute_capacity(req);
+  REQUIRE(r.pool_groups.size() == 2);
+  CHECK(r.pool_groups[0].kind == "full");
+  CHECK(r.pool_groups[0].groups == 1);
+  CHECK(r.pool_groups[0].block_size == 16);
+  CHECK(r.pool_groups[0].page_bytes == 65536);
+  CHECK(r.pool_groups[1].kind == "sliding");
+  CHECK(r.pool_groups[1].layers == 10);
+  CHECK(r.pool_groups[1].groups == 3);
+  CHECK(r.pool_groups[1].block_size == 32);
+  CHECK(r.pool_groups[1].page_bytes == 65536);
+  CHECK(r.num_blocks == 1638);
+  CHECK(r.block_size == 16);
+  CHECK(r.kv_tokens == 6544);
+  CHECK(r.contexts[0].blocks_per_sequence == 1283);
+  CHECK(r.contexts[0].max_concurrency == Approx(1638.0 / 1283));
+  CHECK(r.contexts[0].max_sequences == 1);
+
+  auto odd = request(model("96"), "h100-sxm", Engine::vllm, {8192});
+  odd.engine.kv_cache_bytes = 1ULL << 30;
+  CHECK_THROWS_WITH(compute_capacity(odd),
+                    Catch::Contains("vLLM cannot unify its page sizes (49,152 B does not divide "
+                                    "65,536 B"));
+}
+
 // SGLang's state pool for Qwen3-Next-80B-A3B at tp 1: one slot is conv 3 x 8,192 bf16 + recurrent
 // 32 x 128 x 128 fp32 per layer, x 36 = 77,266,944 B (its mamba_cache_per_req); with a 40 GiB
 // rest: K = ⌊(42,949,672,960 x 0.9 / 1.9 − 77,266,944) / 77,266,944⌋ = 262 slots, K + 1 charged;
