@@ -93,37 +93,69 @@ bool windowed(const CacheGroup& g) {
   return g.spec.kind == CacheKind::sliding || g.spec.kind == CacheKind::chunked;
 }
 
+bool has_window(const std::vector<CacheGroup>& groups) {
+  return std::any_of(groups.begin(), groups.end(), windowed);
+}
+
+/// is_hybrid_swa_model: whether `m`'s sliding layers get a pool of their own.
+bool hybrid_swa_listed(const Model& m) {
+  return std::find(k_hybrid_swa_architectures.begin(), k_hybrid_swa_architectures.end(),
+                   m.architecture) != k_hybrid_swa_architectures.end();
+}
+
+/// Layers of the sliding pool (`swa`) or of the full one: states and indexers are in neither.
+u64 count_kv_layers(const std::vector<CacheGroup>& groups, bool swa, bool listed) {
+  u64 n = 0;
+  for (const auto& g : groups) {
+    if (g.spec.kind != CacheKind::state && g.spec.kind != CacheKind::indexer &&
+        (listed && windowed(g)) == swa) {
+      n += g.layers;
+    }
+  }
+  return n;
+}
+
+/// What one token and one sequence take from SGLang's pools: the configurators' cells.
+struct SglangCells {
+  u64 full = 0;   ///< bytes per token of the full-attention pool (or the only pool)
+  u64 swa = 0;    ///< bytes per token of the sliding-window pool; 0 without one
+  u64 window = 0; ///< tokens a windowed layer holds
+  u64 state = 0;  ///< bytes of one sequence's state
+};
+
+/// The sizes of SGLang's pools on one GPU.
+struct SglangSizes {
+  u64 full_tokens = 0; ///< tokens of the full-attention pool (or the only pool)
+  u64 swa_tokens = 0;  ///< tokens of the sliding-window pool; 0 without one
+  u64 state_slots = 0; ///< K
+};
+
 class SglangPool : public Pool {
 public:
-  u64 full_tokens = 0;   ///< tokens of the full-attention pool (or the only pool)
-  u64 swa_tokens = 0;    ///< tokens of the sliding-window pool; 0 without one
-  u64 window = 0;        ///< tokens a windowed layer holds
-  u64 full_cell = 0;     ///< bytes per token of the full pool
-  u64 swa_cell = 0;      ///< bytes per token of the sliding pool
-  u64 state_per_req = 0; ///< bytes of one sequence's state
-  u64 state_slots = 0;   ///< K
-  bool separate_swa = false;
+  SglangPool(SglangCells cells, SglangSizes sizes) : m_cells(cells), m_sizes(sizes) {}
 
   [[nodiscard]] ContextCapacity at(u64 tokens) const override {
+    const SglangCells& k = m_cells;
     ContextCapacity c;
     c.tokens = tokens;
-    u64 held_swa = separate_swa ? std::min(tokens, window) : 0;
+    bool separate_swa = k.swa > 0;
+    u64 held_swa = separate_swa ? std::min(tokens, k.window) : 0;
     c.bytes_per_sequence =
-        checked_add(checked_add(checked_mul(tokens, full_cell), checked_mul(held_swa, swa_cell)),
-                    state_per_req, "bytes per sequence");
+        checked_add(checked_add(checked_mul(tokens, k.full), checked_mul(held_swa, k.swa)), k.state,
+                    "bytes per sequence");
     double concurrency = 1e300;
     u64 sequences = UINT64_MAX;
-    if (full_cell > 0) {
-      concurrency = static_cast<double>(full_tokens) / static_cast<double>(tokens);
-      sequences = full_tokens / tokens;
+    if (k.full > 0) {
+      concurrency = static_cast<double>(m_sizes.full_tokens) / static_cast<double>(tokens);
+      sequences = m_sizes.full_tokens / tokens;
     }
-    if (separate_swa && swa_cell > 0) {
-      concurrency =
-          std::min(concurrency, static_cast<double>(swa_tokens) / static_cast<double>(held_swa));
-      sequences = std::min(sequences, swa_tokens / held_swa);
+    if (separate_swa) {
+      concurrency = std::min(concurrency, static_cast<double>(m_sizes.swa_tokens) /
+                                              static_cast<double>(held_swa));
+      sequences = std::min(sequences, m_sizes.swa_tokens / held_swa);
     }
-    if (state_per_req > 0) {
-      u64 by_state = state_slots / k_mamba_slots_per_request;
+    if (k.state > 0) {
+      u64 by_state = m_sizes.state_slots / k_mamba_slots_per_request;
       concurrency = std::min(concurrency, static_cast<double>(by_state));
       sequences = std::min(sequences, by_state);
     }
@@ -131,7 +163,168 @@ public:
     c.max_sequences = sequences == UINT64_MAX ? 0 : sequences;
     return c;
   }
+
+private:
+  SglangCells m_cells;
+  SglangSizes m_sizes;
 };
+
+/// The page in tokens (server_args.py): --block-size or 1; 64 for DSA on CUDA and for the
+/// Blackwell default backends (trtllm_mla, trtllm_mha).
+u64 page_size(const PlanInputs& in) {
+  bool sparse = in.model.indexer.has_value();
+  return in.settings.block_size.value_or(sparse || in.gpu.architecture == "blackwell" ? 64 : 1);
+}
+
+/// The cells over the groups of one GPU: a state layer holds no KV; a windowed layer is in the
+/// sliding cell only for a listed architecture, else in the full one.
+SglangCells cell_bytes(const std::vector<CacheGroup>& groups, bool listed) {
+  SglangCells c;
+  for (const auto& g : groups) {
+    if (g.spec.kind == CacheKind::state) {
+      c.state = checked_add(c.state, checked_mul(g.layers, g.spec.state_bytes));
+      continue;
+    }
+    u64 bytes_per_token = checked_mul(g.layers, g.spec.bytes_per_token);
+    if (listed && windowed(g)) {
+      c.swa = checked_add(c.swa, bytes_per_token);
+      c.window = g.spec.window;
+    } else {
+      c.full = checked_add(c.full, bytes_per_token);
+    }
+  }
+  return c;
+}
+
+/// The state slots a hybrid linear / Mamba model sets aside first, and what it leaves the KV
+/// pools.
+struct StateSlots {
+  u64 slots = 0; ///< K
+  u64 rest = 0;  ///< bytes left for KV
+};
+
+/// _handle_max_mamba_cache: K from r / (1 + r) of the pool, K + 1 slots charged (slot 0 pads);
+/// no slots and the whole pool without a state.
+StateSlots mamba_state_slots(u64 pool_bytes, u64 per_req, Derivation& why) {
+  if (per_req == 0) {
+    return {0, pool_bytes};
+  }
+  double share =
+      static_cast<double>(pool_bytes) * k_mamba_full_memory_ratio / (1 + k_mamba_full_memory_ratio);
+  double per = static_cast<double>(per_req);
+  double slots = std::floor((share - per) / per);
+  StateSlots s{slots > 0 ? static_cast<u64>(slots) : 0, 0};
+  u64 taken = checked_mul(s.slots + 1, per_req);
+  s.rest = pool_bytes > taken ? pool_bytes - taken : 0;
+  why.add("SGLang: state pool K = ⌊(", bytes(pool_bytes), " × 0.9 / 1.9 − ", bytes(per_req), ") / ",
+          bytes(per_req), "⌋ = ", num(s.slots), " slots (K + 1 charged); ", bytes(s.rest),
+          " left for KV");
+  return s;
+}
+
+/// The token pools from what the states leave, aligned down to the page: a listed model's full
+/// and sliding pools split it F + r·S, sliding = r · full (HybridSWAPoolConfigurator); else one
+/// pool of rest // cell (DefaultPoolConfigurator).
+SglangSizes token_pools(const StateSlots& states, const SglangCells& cells, u64 page,
+                        const PlanInputs& in, bool listed, Derivation& why) {
+  auto align = [page](u64 tokens) { return tokens / page * page; };
+  u64 rest = states.rest;
+  SglangSizes s;
+  s.state_slots = states.slots;
+  if (cells.swa > 0 && cells.full > 0) {
+    double cell =
+        static_cast<double>(cells.full) + k_swa_full_tokens_ratio * static_cast<double>(cells.swa);
+    s.full_tokens = align(static_cast<u64>(std::floor(static_cast<double>(rest) / cell)));
+    s.swa_tokens =
+        align(static_cast<u64>(static_cast<double>(s.full_tokens) * k_swa_full_tokens_ratio));
+    why.add("SGLang hybrid SWA: cell = ", bytes(cells.full), " + 0.8 × ", bytes(cells.swa),
+            "; full = ", bytes(rest), " // cell = ", num(s.full_tokens),
+            " tokens, sliding = 0.8 × full = ", num(s.swa_tokens), " (pages of ", num(page), ")");
+  } else if (cells.swa > 0) {
+    s.swa_tokens = align(rest / cells.swa);
+    why.add("SGLang: sliding pool = ", bytes(rest), " // ", bytes(cells.swa), " = ",
+            num(s.swa_tokens), " tokens");
+  } else if (cells.full > 0) {
+    s.full_tokens = align(rest / cells.full);
+    if (why.enabled()) {
+      const Model& m = in.model;
+      DerivationLine line{"SGLang: cell = ", bytes(cells.full), " per token"};
+      if (!listed && has_window(in.groups)) {
+        line.emplace_back(" (every layer at the full context: " +
+                          (m.architecture.empty() ? std::string("the model names no architecture")
+                                                  : m.architecture) +
+                          " is not on SGLang's hybrid-SWA list)");
+      }
+      line.insert(line.end(), {"; max_total_num_tokens = ", bytes(rest), " // ", bytes(cells.full),
+                               " = ", num(s.full_tokens)});
+      if (page > 1) {
+        line.insert(line.end(), {" (pages of ", num(page), ")"});
+      }
+      why.add_line(std::move(line));
+    }
+  }
+  return s;
+}
+
+/// The pools as the capacity JSON gives them: full and sliding in tokens, the state in slots;
+/// `block_size` 0 when token-granular.
+std::vector<PoolGroup> pool_groups(const std::vector<CacheGroup>& groups, const SglangCells& cells,
+                                   const SglangSizes& sizes, u64 page, u64 block_size,
+                                   bool listed) {
+  std::vector<PoolGroup> out;
+  if (cells.full > 0) {
+    out.push_back({"full", count_kv_layers(groups, false, listed), 1, block_size, cells.full * page,
+                   sizes.full_tokens});
+  }
+  if (cells.swa > 0) {
+    out.push_back({"sliding", count_kv_layers(groups, true, listed), 1, block_size,
+                   cells.swa * page, sizes.swa_tokens});
+  }
+  if (cells.state > 0) {
+    u64 layers = 0;
+    for (const auto& g : groups) {
+      layers += g.spec.kind == CacheKind::state ? g.layers : 0;
+    }
+    out.push_back({"state", layers, 1, 0, cells.state, sizes.state_slots});
+  }
+  return out;
+}
+
+/// How a serving run draws on the pools: tokens (in pages) from the full pool, window tokens
+/// from the sliding pool, and slots from the state pool.
+std::vector<SequencePool> sequence_pools(const SglangCells& cells, const SglangSizes& sizes,
+                                         u64 page) {
+  std::vector<SequencePool> out;
+  if (cells.full > 0) {
+    out.push_back({"full", "tokens", sizes.full_tokens, {{CacheKind::full, 0, page, page}}});
+  }
+  if (cells.swa > 0) {
+    out.push_back(
+        {"sliding", "tokens", sizes.swa_tokens, {{CacheKind::sliding, cells.window, page, page}}});
+  }
+  if (cells.state > 0) {
+    out.push_back({"state",
+                   "slots",
+                   sizes.state_slots,
+                   {{CacheKind::state, 0, 1, k_mamba_slots_per_request}}});
+  }
+  return out;
+}
+
+/// resolve_max_num_reqs: 512 per context of `tokens` tokens, within [2048, 4096], at most half
+/// the tokens; a state pool caps it at K / 3.
+u64 max_running_requests(u64 tokens, const Model& m, const SglangCells& cells,
+                         const SglangSizes& sizes) {
+  u64 context = m.max_context ? m.max_context : 4096;
+  u64 estimate = std::clamp<u64>(
+      static_cast<u64>(static_cast<double>(tokens) / static_cast<double>(context) * 512), 2048,
+      4096);
+  u64 reqs = std::min(estimate, tokens / 2);
+  if (cells.state > 0) {
+    reqs = std::min(reqs, sizes.state_slots / k_mamba_slots_per_request);
+  }
+  return reqs;
+}
 
 class SglangRules : public EngineRules {
 public:
@@ -200,147 +393,20 @@ public:
 
   [[nodiscard]] std::unique_ptr<Pool> plan(const PlanInputs& in, CapacityResult& r,
                                            Derivation& why) const override {
-    auto pool = std::make_unique<SglangPool>();
-    const Model& m = in.model;
-    bool sparse = m.indexer.has_value();
-    u64 page =
-        in.settings.block_size.value_or(sparse || in.gpu.architecture == "blackwell" ? 64 : 1);
-    auto align = [page](u64 tokens) { return tokens / page * page; };
-    bool listed = std::find(k_hybrid_swa_architectures.begin(), k_hybrid_swa_architectures.end(),
-                            m.architecture) != k_hybrid_swa_architectures.end();
-    u64 full_cell = 0;
-    u64 swa_cell = 0;
-    for (const auto& g : in.groups) {
-      if (g.spec.kind == CacheKind::state) {
-        pool->state_per_req =
-            checked_add(pool->state_per_req, checked_mul(g.layers, g.spec.state_bytes));
-        continue;
-      }
-      u64 bytes_per_token = checked_mul(g.layers, g.spec.bytes_per_token);
-      if (listed && windowed(g)) {
-        swa_cell = checked_add(swa_cell, bytes_per_token);
-        pool->window = g.spec.window;
-      } else {
-        full_cell = checked_add(full_cell, bytes_per_token);
-      }
-    }
-    pool->separate_swa = swa_cell > 0;
-
-    // A hybrid linear / Mamba model first sets state slots aside: K from r / (1 + r) of the
-    // rest, K + 1 slots charged (slot 0 pads).
-    u64 rest = in.pool_bytes;
-    if (pool->state_per_req > 0) {
-      double share =
-          static_cast<double>(rest) * k_mamba_full_memory_ratio / (1 + k_mamba_full_memory_ratio);
-      double per = static_cast<double>(pool->state_per_req);
-      double slots = std::floor((share - per) / per);
-      pool->state_slots = slots > 0 ? static_cast<u64>(slots) : 0;
-      u64 taken = checked_mul(pool->state_slots + 1, pool->state_per_req);
-      rest = rest > taken ? rest - taken : 0;
-      why.add("SGLang: state pool K = ⌊(", bytes(in.pool_bytes), " × 0.9 / 1.9 − ",
-              bytes(pool->state_per_req), ") / ", bytes(pool->state_per_req),
-              "⌋ = ", num(pool->state_slots), " slots (K + 1 charged); ", bytes(rest),
-              " left for KV");
-    }
-    if (swa_cell > 0 && full_cell > 0) {
-      double cell =
-          static_cast<double>(full_cell) + k_swa_full_tokens_ratio * static_cast<double>(swa_cell);
-      pool->full_tokens = align(static_cast<u64>(std::floor(static_cast<double>(rest) / cell)));
-      pool->swa_tokens =
-          align(static_cast<u64>(static_cast<double>(pool->full_tokens) * k_swa_full_tokens_ratio));
-      why.add("SGLang hybrid SWA: cell = ", bytes(full_cell), " + 0.8 × ", bytes(swa_cell),
-              "; full = ", bytes(rest), " // cell = ", num(pool->full_tokens),
-              " tokens, sliding = 0.8 × full = ", num(pool->swa_tokens), " (pages of ", num(page),
-              ")");
-    } else if (swa_cell > 0) {
-      pool->swa_tokens = align(rest / swa_cell);
-      why.add("SGLang: sliding pool = ", bytes(rest), " // ", bytes(swa_cell), " = ",
-              num(pool->swa_tokens), " tokens");
-    } else if (full_cell > 0) {
-      pool->full_tokens = align(rest / full_cell);
-      if (why.enabled()) {
-        DerivationLine line{"SGLang: cell = ", bytes(full_cell), " per token"};
-        if (!listed && has_window(in.groups)) {
-          line.emplace_back(" (every layer at the full context: " +
-                            (m.architecture.empty() ? std::string("the model names no architecture")
-                                                    : m.architecture) +
-                            " is not on SGLang's hybrid-SWA list)");
-        }
-        line.insert(line.end(), {"; max_total_num_tokens = ", bytes(rest), " // ", bytes(full_cell),
-                                 " = ", num(pool->full_tokens)});
-        if (page > 1) {
-          line.insert(line.end(), {" (pages of ", num(page), ")"});
-        }
-        why.add_line(std::move(line));
-      }
-    }
-    pool->full_cell = full_cell;
-    pool->swa_cell = swa_cell;
+    bool listed = hybrid_swa_listed(in.model);
+    u64 page = page_size(in);
+    SglangCells cells = cell_bytes(in.groups, listed);
+    StateSlots states = mamba_state_slots(in.pool_bytes, cells.state, why);
+    SglangSizes sizes = token_pools(states, cells, page, in, listed, why);
     r.block_size = page == 1 ? 0 : page;
-    r.kv_tokens = pool->full_tokens ? pool->full_tokens : pool->swa_tokens;
-    r.state_slots = pool->state_slots;
-    if (full_cell > 0) {
-      r.pool_groups.push_back({"full", count_kv_layers(in.groups, false, listed), 1, r.block_size,
-                               full_cell * page, pool->full_tokens});
-    }
-    if (swa_cell > 0) {
-      r.pool_groups.push_back({"sliding", count_kv_layers(in.groups, true, listed), 1, r.block_size,
-                               swa_cell * page, pool->swa_tokens});
-    }
-    if (pool->state_per_req > 0) {
-      u64 layers = 0;
-      for (const auto& g : in.groups) {
-        layers += g.spec.kind == CacheKind::state ? g.layers : 0;
-      }
-      r.pool_groups.push_back({"state", layers, 1, 0, pool->state_per_req, pool->state_slots});
-    }
-    // A serving run draws tokens (in pages) from the full pool, window tokens from the sliding
-    // pool, and slots from the state pool.
-    if (full_cell > 0) {
-      r.sequence_pools.push_back(
-          {"full", "tokens", pool->full_tokens, {{CacheKind::full, 0, page, page}}});
-    }
-    if (swa_cell > 0) {
-      r.sequence_pools.push_back({"sliding",
-                                  "tokens",
-                                  pool->swa_tokens,
-                                  {{CacheKind::sliding, pool->window, page, page}}});
-    }
-    if (pool->state_per_req > 0) {
-      r.sequence_pools.push_back({"state",
-                                  "slots",
-                                  pool->state_slots,
-                                  {{CacheKind::state, 0, 1, k_mamba_slots_per_request}}});
-    }
+    r.kv_tokens = sizes.full_tokens ? sizes.full_tokens : sizes.swa_tokens;
+    r.state_slots = sizes.state_slots;
+    r.pool_groups = pool_groups(in.groups, cells, sizes, page, r.block_size, listed);
+    r.sequence_pools = sequence_pools(cells, sizes, page);
     if (!in.settings.max_seqs) {
-      // resolve_max_num_reqs: 512 per context of tokens, within [2048, 4096], at most half the
-      // tokens; a state pool caps it at K / 3.
-      u64 tokens = r.kv_tokens;
-      u64 context = m.max_context ? m.max_context : 4096;
-      u64 estimate = std::clamp<u64>(
-          static_cast<u64>(static_cast<double>(tokens) / static_cast<double>(context) * 512), 2048,
-          4096);
-      r.max_seqs = std::min(estimate, tokens / 2);
-      if (pool->state_per_req > 0) {
-        r.max_seqs = std::min(r.max_seqs, pool->state_slots / k_mamba_slots_per_request);
-      }
+      r.max_seqs = max_running_requests(r.kv_tokens, in.model, cells, sizes);
     }
-    return pool;
-  }
-
-private:
-  static bool has_window(const std::vector<CacheGroup>& groups) {
-    return std::any_of(groups.begin(), groups.end(), windowed);
-  }
-  static u64 count_kv_layers(const std::vector<CacheGroup>& groups, bool swa, bool listed) {
-    u64 n = 0;
-    for (const auto& g : groups) {
-      if (g.spec.kind != CacheKind::state && g.spec.kind != CacheKind::indexer &&
-          (listed && windowed(g)) == swa) {
-        n += g.layers;
-      }
-    }
-    return n;
+    return std::make_unique<SglangPool>(cells, sizes);
   }
 };
 
