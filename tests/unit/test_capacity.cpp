@@ -328,6 +328,25 @@ TEST_CASE("SGLang is token-granular over a cell of all layers", "[capacity][sgla
   CHECK(r.block_size == 0);
 }
 
+// SGLang's max_running_requests when not given (resolve_max_num_reqs): ⌊tokens / context · 512⌋
+// within [2,048, 4,096], at most tokens // 2. Qwen3-14B: context 40,960, cell 40 x 2 x 8 x 128 x
+// 2 = 163,840 B per token, pages of 1 on an H100:
+//   40 GiB: 42,949,672,960 // 163,840 = 262,144 tokens; ⌊6.4 x 512⌋ = 3,276
+//   70 GiB: 458,752 tokens; 11.2 x 512 = 5,734.4, capped at 4,096
+//   2 GiB: 13,107 tokens; ⌊163.8⌋ raised to 2,048, under 13,107 // 2 = 6,553
+//   256 MiB: 1,638 tokens; 2,048, but at most 1,638 // 2 = 819
+TEST_CASE("SGLang's running requests follow its pool", "[capacity][sglang]") {
+  auto running = [](u64 pool) {
+    auto req = request(qwen3_14b(), "h100-sxm", Engine::sglang, {4096});
+    req.engine.kv_cache_bytes = pool;
+    return compute_capacity(req).max_seqs;
+  };
+  CHECK(running(40ULL << 30) == 3276);
+  CHECK(running(70ULL << 30) == 4096);
+  CHECK(running(2ULL << 30) == 2048);
+  CHECK(running(256ULL << 20) == 819);
+}
+
 // TensorRT-LLM: Llama-3.1-70B at TP 4: ceil(8 / 4) = 2 KV heads per rank:
 // 80 x 2 x 2 x 128 x 2 B = 81,920 B per token. With 40 GiB measured peak on an H100:
 // kv = floor((85,520,809,984 - 42,949,672,960) x 0.9) = 38,314,023,321 B; max_tokens =
