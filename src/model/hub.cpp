@@ -179,8 +179,8 @@ std::optional<HubFile> fetch_hub_file(std::string_view repo, std::string_view fi
 
 #if !defined(KVCALC_HAVE_CURL)
   throw Error("model '" + r + "' is not in the HF cache (" + hub_cache_dir().string() +
-              "), and this kvcalc was built without libcurl, so it cannot fetch " + url +
-              ": download its config.json (huggingface-cli download " + r +
+              "), and this kvcalc was built without the Hub (KVCALC_HUB), so it cannot fetch " +
+              url + ": download its config.json (huggingface-cli download " + r +
               " config.json hf_quant_config.json) and give the folder");
 #else
   static const bool initialised = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
