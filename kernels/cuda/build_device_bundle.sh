@@ -3,7 +3,8 @@
 # NVIDIA driver but none of the build's libraries (docs/performance.md, "`kvcalc measure` on an
 # NVIDIA H200"): static libstdc++, libgcc, yaml-cpp and CUDA runtime, header-only fmt, Hopper
 # code (sm_90a, so the wgmma kernel is in). Only libc is linked dynamically; cuBLAS is opened
-# when a GPU is measured, and device_check.sh finds it there. Output: build/device-bundle/.
+# when a GPU is measured, and device_check.sh finds it there; libcurl when a model is fetched
+# from the Hub. Output: build/device-bundle/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build/device

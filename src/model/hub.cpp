@@ -1,6 +1,7 @@
 // The HuggingFace cache layout (huggingface_hub's file_download.py: models--{owner}--{name},
 // refs/{revision} holding a commit, snapshots/{commit}/{file}) and the Hub's file URL
-// ({endpoint}/{repo}/resolve/{revision}/{file}), read with libcurl.
+// ({endpoint}/{repo}/resolve/{revision}/{file}), read with libcurl, which is opened at the first
+// download rather than linked (curl_on_demand.cpp).
 
 #include <kvcalc/model/hub.hpp>
 
@@ -11,6 +12,8 @@
 
 #if defined(KVCALC_HAVE_CURL)
 #include <curl/curl.h>
+
+#include "curl_on_demand.hpp"
 #endif
 
 #include <kvcalc/core/error.hpp>
@@ -183,6 +186,16 @@ std::optional<HubFile> fetch_hub_file(std::string_view repo, std::string_view fi
               url + ": download its config.json (huggingface-cli download " + r +
               " config.json hf_quant_config.json) and give the folder");
 #else
+  if (std::optional<std::string> failure = detail::open_curl()) {
+    throw Error("model '" + r + "' is not in the HF cache (" + hub_cache_dir().string() +
+                "), and kvcalc cannot fetch " + url + ": " + *failure + ". kvcalc downloads with " +
+                detail::k_curl_soname +
+                ": install it (Debian, Ubuntu: apt install libcurl4; Fedora: dnf install "
+                "libcurl), or download the model's config.json (huggingface-cli download " +
+                r +
+                " config.json hf_quant_config.json) and give its folder, or the file, as the "
+                "model");
+  }
   static const bool initialised = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
   std::unique_ptr<CURL, CurlDeleter> curl(initialised ? curl_easy_init() : nullptr);
   if (!curl) {
@@ -194,21 +207,21 @@ std::optional<HubFile> fetch_hub_file(std::string_view repo, std::string_view fi
     headers.reset(curl_slist_append(nullptr, ("Authorization: Bearer " + *token).c_str()));
   }
   CURL* c = curl.get();
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "kvcalc");
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  detail::easy_setopt(c, CURLOPT_URL, url.c_str());
+  detail::easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  detail::easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+  detail::easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+  detail::easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+  detail::easy_setopt(c, CURLOPT_USERAGENT, "kvcalc");
+  detail::easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+  detail::easy_setopt(c, CURLOPT_WRITEDATA, &body);
+  detail::easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   if (headers) {
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+    detail::easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
   }
   CURLcode rc = curl_easy_perform(c);
   long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  detail::easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   if (rc == CURLE_WRITE_ERROR) {
     throw InputError(url + ": the reply is over 16 MiB, which no config.json is");
   }

@@ -42,7 +42,9 @@ struct HubFile {
 [[nodiscard]] std::optional<HubFile> fetch_hub_file(std::string_view repo,
                                                     std::string_view filename, bool optional);
 
-/// Whether this build fetches from the Hub (built with libcurl); without, only the cache.
+/// Whether this build fetches from the Hub (KVCALC_HUB: built with curl's headers; libcurl itself
+/// is opened at the first download, and fetch_hub_file says what to do where it cannot be);
+/// without, only the cache.
 [[nodiscard]] bool hub_over_http();
 
 } // namespace kvcalc::model
