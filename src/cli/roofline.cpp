@@ -125,7 +125,7 @@ public:
       PointStyle style = o.variant == "absorbed" ? PointStyle::absorbed
                          : o.variant == "naive"  ? PointStyle::naive
                                                  : PointStyle::other;
-      step.points.push_back({o.intensity, o.flops / o.time_s, o.name, style, 0});
+      step.points.push_back({o.intensity, o.flops / o.time_s, std::string(o.name), style, 0});
     }
   }
 
@@ -380,8 +380,9 @@ void write_crossover_plot(const std::string& path, const std::vector<Crossover>&
 
 Record describe_op(const Op& o, double step_s) {
   Record r;
-  r.value("name", "op", Cell::text(o.name));
-  r.value("dtype", "dtype", Cell::text(o.dtype));
+  r.reserve(16);
+  r.value("name", "op", Cell::text(std::string(o.name)));
+  r.value("dtype", "dtype", Cell::text(std::string(o.dtype)));
   r.value("flops", "FLOPs", Cell::flop(o.flops));
   r.value("bytes", "bytes", Cell::byte_estimate(o.bytes));
   r.value("weight_bytes", Cell::byte_estimate(o.weight_bytes));
@@ -395,7 +396,7 @@ Record describe_op(const Op& o, double step_s) {
                             : Cell::text("memory"));
   r.value("time_s", "time", Cell::seconds(o.time_s));
   r.value("exposed_s", "exposed", Cell::seconds(o.exposed_s));
-  r.value("variant", o.variant.empty() ? Cell::empty() : Cell::text(o.variant));
+  r.value("variant", o.variant.empty() ? Cell::empty() : Cell::text(std::string(o.variant)));
   if (o.collective) {
     const Collective& c = *o.collective;
     Record& x = r.object("collective");
@@ -414,6 +415,9 @@ Record describe_op(const Op& o, double step_s) {
   return r;
 }
 
+/// Entries of a step's description, within a few: its record grows in one allocation.
+constexpr std::size_t k_step_entries = 32;
+
 /// One step: the deployment, the step's shape on each GPU, every op (when `with_ops`: the view
 /// reads them) and the totals.
 Record describe_step(const Scenario& s, const kv::Deployment& dep, bool with_ops) {
@@ -421,6 +425,7 @@ Record describe_step(const Scenario& s, const kv::Deployment& dep, bool with_ops
   const RooflineResult& res = s.result;
   bool mla = q.model.attention.kind == AttentionKind::mla;
   Record r;
+  r.reserve(k_step_entries);
   r.value("model", "model", Cell::text(q.model.name));
   r.value("gpu", "gpu", Cell::text(q.gpu.name));
   r.value("gpus", "gpus", Cell::count(res.gpus));
@@ -464,7 +469,7 @@ Record describe_step(const Scenario& s, const kv::Deployment& dep, bool with_ops
   total.value("tokens_per_s", "tokens/s", Cell::number(res.tokens_per_s));
   total.value("tokens_per_s_per_gpu", "tok/s/GPU", Cell::number(res.tokens_per_s_per_gpu));
   total.value("time_per_token_s", "per token", Cell::seconds(res.time_per_token_s));
-  r.value("dominant", "dominant op", Cell::text(res.dominant));
+  r.value("dominant", "dominant op", Cell::text(std::string(res.dominant)));
   return r;
 }
 
@@ -542,7 +547,7 @@ std::vector<std::string> explain_step(const Scenario& s, const kv::Deployment& d
                 (links.out_bytes_per_s > 0 ? ", NIC " + rate(links.out_bytes_per_s) : ", no NIC"));
   for (const Op& o : res.ops) {
     if (o.collective) {
-      out.push_back("  " + o.name + ": " + describe(*o.collective) + " each, × " +
+      out.push_back("  " + std::string(o.name) + ": " + describe(*o.collective) + " each, × " +
                     fmt::format("{:g}", o.collectives) + " = " + sec(o.time_s));
     }
   }

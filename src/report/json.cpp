@@ -31,7 +31,14 @@ Json& Json::push_back(Json value) {
 
 void append_json_string(std::string& out, std::string_view s) {
   out += '"';
-  for (char c : s) {
+  std::size_t plain = 0; // the start of the run of characters that go as they are
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') {
+      continue;
+    }
+    out.append(s.substr(plain, i - plain));
+    plain = i + 1;
     switch (c) {
     case '"':
       out += "\\\"";
@@ -48,17 +55,15 @@ void append_json_string(std::string& out, std::string_view s) {
     case '\r':
       out += "\\r";
       break;
-    default:
-      if (static_cast<unsigned char>(c) < 0x20) {
-        static const char* hex = "0123456789abcdef";
-        out += "\\u00";
-        out += hex[(c >> 4) & 0xF];
-        out += hex[c & 0xF];
-      } else {
-        out += c;
-      }
+    default: {
+      static const char* hex = "0123456789abcdef";
+      out += "\\u00";
+      out += hex[(c >> 4) & 0xF];
+      out += hex[c & 0xF];
+    }
     }
   }
+  out.append(s.substr(plain));
   out += '"';
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <span>
 
@@ -96,6 +98,19 @@ OpTime op_time(double flops, double bytes, double peak, double bandwidth) {
   return {peak > 0 ? flops / peak : 0, bytes / bandwidth};
 }
 
+/// `prefix` + `name` as text that lives as long as the program: the names of an MTP module's
+/// ops ("mtp.attention.core"), made once each.
+std::string_view prefixed(const char* prefix, const char* name) {
+  static std::mutex guard;
+  static std::map<std::pair<std::string_view, std::string_view>, std::string> names;
+  std::lock_guard lock(guard);
+  auto [at, added] = names.try_emplace({prefix, name});
+  if (added) {
+    at->second = std::string(prefix) + name;
+  }
+  return at->second;
+}
+
 /// Collects the ops of one step with their names, rates and bounds, into `out` from its start;
 /// the ops it holds beyond are left for the caller to drop, their buffers reused meanwhile.
 class OpSink {
@@ -146,17 +161,9 @@ private:
       m_out.emplace_back();
     }
     Op& op = m_out[m_next++];
-    std::string kept_name = std::move(op.name);
-    std::string kept_dtype = std::move(op.dtype);
-    std::string kept_variant = std::move(op.variant);
     op = Op{};
-    op.name = std::move(kept_name);
-    op.dtype = std::move(kept_dtype);
-    op.variant = std::move(kept_variant);
-    op.name.assign(m_prefix);
-    op.name += name;
-    op.dtype.assign(dtype_name(dtype));
-    op.variant.clear();
+    op.name = *m_prefix == '\0' ? std::string_view(name) : prefixed(m_prefix, name);
+    op.dtype = dtype_name(dtype);
     return op;
   }
 
@@ -1010,7 +1017,6 @@ void Roofline::step(const RooflineRequest& req, RooflineResult& out) const {
   const Parallelism& par = m_req.parallel;
   std::vector<Op> ops = std::move(out.ops);
   std::vector<std::string> notes = std::move(out.notes);
-  std::string dominant = std::move(out.dominant);
   std::string source = std::move(out.rates_source);
   out = RooflineResult{};
   out.rates_source = std::move(source);
@@ -1072,8 +1078,7 @@ void Roofline::step(const RooflineRequest& req, RooflineResult& out) const {
   }
   auto longest = std::max_element(out.ops.begin(), out.ops.end(),
                                   [](const Op& x, const Op& y) { return x.time_s < y.time_s; });
-  out.dominant = std::move(dominant);
-  out.dominant.assign(longest->name);
+  out.dominant = longest->name;
 
   // Pipeline: a micro-batch crosses every stage, handing its hidden states on at each boundary;
   // pp micro-batches are in flight. Decode waits for its own last stage before its next step;

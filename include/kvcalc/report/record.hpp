@@ -61,6 +61,9 @@ public:
   /// A nested list of records (JSON an array), returned to be filled; valid as object()'s.
   std::vector<Record>& list(std::string key, Shown shown = k_json_only);
 
+  /// Room for `entries` entries, so that a record of known size grows in one allocation.
+  void reserve(std::size_t entries) { m_entries.reserve(entries); }
+
   /// The entry of `key` (an internal error when it is missing).
   [[nodiscard]] const Entry& at(std::string_view key) const;
   [[nodiscard]] const Entry* find(std::string_view key) const;

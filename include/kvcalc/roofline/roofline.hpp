@@ -101,9 +101,10 @@ struct RooflineRequest {
   std::optional<DType> dispatch_dtype; ///< of the expert dispatch; nullopt: fp8 for fp8 experts
 };
 
+/// One op of a step. Its names are views of text that lives as long as the program.
 struct Op {
-  std::string name;  ///< "attention.core", "moe.experts", ...
-  std::string dtype; ///< of the arithmetic
+  std::string_view name;  ///< "attention.core", "moe.experts", "mtp.attention.core", ...
+  std::string_view dtype; ///< of the arithmetic
   double flops = 0;
   double weight_bytes = 0;
   double activation_bytes = 0;
@@ -115,8 +116,8 @@ struct Op {
   bool compute_bound = false;
   bool communication = false; ///< a collective over the interconnect
   double time_s = 0;
-  double exposed_s = 0; ///< of time_s, on the critical path (overlap hides the rest)
-  std::string variant;  ///< "absorbed" / "naive" for MLA attention ops, else ""
+  double exposed_s = 0;     ///< of time_s, on the critical path (overlap hides the rest)
+  std::string_view variant; ///< "absorbed" / "naive" for MLA attention ops, else ""
   std::optional<Collective> collective; ///< communication: one of them, as priced
   double collectives = 0;               ///< communication: how many run in the step
 };
@@ -133,7 +134,7 @@ struct RooflineResult {
   double tokens_per_s_per_gpu = 0;
   double time_per_token_s = 0;     ///< decode: per generated token of one request; prefill: TTFT
   double tokens_per_step = 0;      ///< decode: tokens a request keeps per step (MTP: 1 + a + …)
-  std::string dominant;            ///< the op that takes the longest
+  std::string_view dominant;       ///< the op that takes the longest
   MlaMode mla = MlaMode::absorbed; ///< the mode used (MLA models)
   u64 query = 0;                   ///< s
   u64 attended = 0;                ///< t
