@@ -15,6 +15,7 @@
 #include <kvcalc/roofline/roofline.hpp>
 
 #include "deployment.hpp"
+#include "sweep.hpp"
 
 using namespace kvcalc::roofline;
 using namespace kvcalc::kv;
@@ -143,6 +144,8 @@ Record describe_row(const Scenario& s, const ContextCapacity* x,
   r.value("state_slots", c.state_slots ? Cell::count(c.state_slots) : Cell::empty());
   r.value("fits", Cell::flag(c.fits));
   r.value("reason", c.fits ? Cell::empty() : Cell::text(c.reason));
+  r.value("status", status_cell(!c.fits || (x && x->max_sequences == 0) ? Outcome::does_not_fit
+                                                                        : Outcome::ok));
   if (x) {
     r.value("context", "context", Cell::tokens(x->tokens));
     r.value("max_sequences", "max seqs", Cell::count(x->max_sequences));
@@ -182,6 +185,37 @@ Record describe_row(const Scenario& s, const ContextCapacity* x,
 std::string who(const Scenario& s) {
   return s.request.model.name + " on " + s.result.gpu + " (tp " +
          group_digits(s.result.parallel.tp) + ")";
+}
+
+/// The columns of a sized row before its context: key and header.
+constexpr std::array<std::pair<const char*, const char*>, 5> k_sized_columns{{
+    {"weights_bytes_per_gpu", "weights/GPU"},
+    {"kv_pool_bytes_per_gpu", "KV pool/GPU"},
+    {"kv_bytes_per_token_per_gpu", "KV/token/GPU"},
+    {"kv_tokens", "KV tokens"},
+    {"num_blocks", "blocks"},
+}};
+
+/// A combination that could not be sized: what was asked, and why (its table row says n/a),
+/// a row per context asked.
+Record describe_unsized(const CapacityRequest& q, const ContextCapacity* x,
+                        const std::string& reason) {
+  Record r;
+  Cell none = Cell::empty().shown_as("n/a");
+  r.value("model", "model", Cell::text(q.model.name));
+  r.value("gpu", "gpu", Cell::text(q.gpu.name));
+  r.value("engine", "engine", Cell::text(std::string(engine_name(q.engine.engine))));
+  r.value("gpus", "gpus", q.parallel.gpus ? Cell::count(q.parallel.gpus) : Cell::empty());
+  r.value("tp", "tp", Cell::count(q.parallel.tp));
+  r.value("pp", Cell::count(q.parallel.pp));
+  for (const auto& [key, header] : k_sized_columns) {
+    r.value(key, header, none, k_tables_only);
+  }
+  r.value("context", "context", x ? Cell::tokens(x->tokens) : Cell::empty());
+  r.value("max_sequences", "max seqs", none, k_tables_only);
+  r.value("max_concurrency", "concurrency", none, k_tables_only);
+  describe_outcome(r, Outcome::cannot_run, reason);
+  return r;
 }
 
 /// One model on one GPU and tp, sized, and with a profile its decode step at full load.
@@ -366,7 +400,9 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
     columns.push_back({"decode_at_max_sequences.tokens_per_s", "", "decode_tokens_per_s"});
   }
   Output::TableId table = output->begin_table("", columns);
-  columns.push_back({"fits"}); // CSV: a row that does not fit carries its numbers and says so
+  // CSV: a row that does not fit carries its numbers and says so; one that could not be sized,
+  // why.
+  columns.insert(columns.end(), {{"fits"}, {"status"}, {"reason"}});
   output->csv_view(columns);
   output->begin_list("scenarios");
   CapacityNotes notes;
@@ -374,26 +410,51 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
   if (!args.plot.empty()) {
     plot.emplace(contexts);
   }
-  bool all_fit = true;
+  SweepOutcomes outcomes;
+  std::vector<std::string> unsized; // why each combination that could not be sized, each once
   for (auto& request : capacity_requests(models, args.cache, args.parallel, args.engine,
                                          args.block_size, devices, contexts, args.max_context_at)) {
-    Scenario s = run_scenario(args, std::move(request), profile, unmodelled, output.warnings);
-    for (std::size_t i = 0; i < s.result.contexts.size(); ++i) {
-      output->item(describe_row(s, &s.result.contexts[i], &s.loads[i], profile.has_value(), args));
+    std::optional<Scenario> s;
+    if (std::optional<Error> error = attempt([&] {
+          s.emplace(run_scenario(args, request, profile, unmodelled, output.warnings));
+        })) {
+      outcomes.add(*error);
+      for (u64 tokens : contexts) {
+        ContextCapacity x;
+        x.tokens = tokens;
+        output->item(describe_unsized(request, &x, error->what()));
+      }
+      if (contexts.empty()) {
+        output->item(describe_unsized(request, nullptr, error->what()));
+      }
+      std::string note = request.model.name + " on " + request.gpu.name + ", tp " +
+                         group_digits(request.parallel.tp) + ": n/a: " + error->what();
+      if (std::find(unsized.begin(), unsized.end(), note) == unsized.end()) {
+        unsized.push_back(std::move(note));
+      }
+      continue;
     }
-    if (s.result.contexts.empty()) {
-      output->item(describe_row(s, nullptr, nullptr, profile.has_value(), args));
+    for (std::size_t i = 0; i < s->result.contexts.size(); ++i) {
+      output->item(
+          describe_row(*s, &s->result.contexts[i], &s->loads[i], profile.has_value(), args));
     }
-    notes.add(args, s);
+    if (s->result.contexts.empty()) {
+      output->item(describe_row(*s, nullptr, nullptr, profile.has_value(), args));
+    }
+    notes.add(args, *s);
     if (args.explain && output->for_people()) {
-      explain_budget(s, output.document());
+      explain_budget(*s, output.document());
     }
     if (plot) {
-      plot->add(s);
+      plot->add(*s);
     }
-    all_fit = all_fit && holds_every_context(s.result);
+    outcomes.add(holds_every_context(s->result) ? Outcome::ok : Outcome::does_not_fit);
   }
   output->end_list();
+  outcomes.throw_if_none_ran();
+  for (std::string& line : unsized) {
+    output->note(table, std::move(line));
+  }
   for (std::string& line : notes.lines(unmodelled)) {
     output->note(table, std::move(line));
   }
@@ -402,7 +463,7 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
     err << "kvcalc: wrote " << args.plot << '\n';
   }
   output.finish();
-  return static_cast<int>(all_fit ? ExitCode::ok : ExitCode::does_not_fit);
+  return outcomes.exit_code();
 }
 
 } // namespace

@@ -17,6 +17,7 @@
 #include <kvcalc/roofline/roofline.hpp>
 
 #include "deployment.hpp"
+#include "sweep.hpp"
 
 using namespace kvcalc::measure;
 using namespace kvcalc::roofline;
@@ -304,11 +305,10 @@ std::vector<RooflineRequest> base_requests(const RooflineArgs& args, const Roofl
   return out;
 }
 
-/// Calls `each(roofline, request)` for every scenario of the sweep, in order: each model on
-/// each GPU and tp, each --mla mode (MLA models), context and batch. Each deployment is
-/// prepared once (Roofline); one request is filled in place, so a scenario copies no model.
-/// With `prepare` false, no deployment is prepared and `each` takes the request alone (the
-/// count of the sweep).
+/// Calls `each(request, roofline, error)` for every scenario of the sweep, in order: each model
+/// on each GPU and tp, each --mla mode (MLA models), context and batch. Each deployment is
+/// prepared once (Roofline); one that cannot be comes with its error instead, and so do its
+/// scenarios. One request is filled in place, so a scenario copies no model.
 template <class F>
 void for_each_scenario(const RooflineArgs& args, const RooflineInputs& in,
                        const std::vector<Model>& models, F each) {
@@ -317,20 +317,19 @@ void for_each_scenario(const RooflineArgs& args, const RooflineInputs& in,
     for (MlaMode mode : mla ? args.mla : std::vector<MlaMode>{MlaMode::automatic}) {
       req.mla = mode;
       std::optional<Roofline> roofline;
+      std::optional<Error> error;
       for (u64 c : in.contexts) {
         req.context = c;
         for (u64 b : args.batches_per_gpu.value_or(args.batches)) {
           req.batch =
               args.batches_per_gpu ? checked_mul(b, req.parallel.tp, "--batch-per-gpu × tp") : b;
-          if constexpr (std::is_invocable_v<F, const Roofline&, const RooflineRequest&>) {
-            if (!roofline) {
+          if (!roofline && !error) {
+            error = attempt([&] {
               check_request(req); // as compute_roofline checks: the first step's sizes first
               roofline.emplace(req);
-            }
-            each(std::as_const(*roofline), std::as_const(req));
-          } else {
-            each(std::as_const(req));
+            });
           }
+          each(std::as_const(req), roofline ? &*roofline : nullptr, error ? &*error : nullptr);
         }
       }
     }
@@ -470,6 +469,39 @@ Record describe_step(const Scenario& s, const kv::Deployment& dep, bool with_ops
   total.value("tokens_per_s_per_gpu", "tok/s/GPU", Cell::number(res.tokens_per_s_per_gpu));
   total.value("time_per_token_s", "per token", Cell::seconds(res.time_per_token_s));
   r.value("dominant", "dominant op", Cell::text(std::string(res.dominant)));
+  describe_outcome(r, res.weights_fit ? Outcome::ok : Outcome::does_not_fit,
+                   res.weights_fit ? std::string() : res.notes.front());
+  return r;
+}
+
+/// The figures of a step's total that its table row shows: key and header.
+constexpr std::array<std::pair<const char*, const char*>, 4> k_step_figures{{
+    {"time_s", "step"},
+    {"tokens_per_s", "tokens/s"},
+    {"tokens_per_s_per_gpu", "tok/s/GPU"},
+    {"time_per_token_s", "per token"},
+}};
+
+/// A step that was not priced: what it was, and why (its table row says n/a).
+Record describe_unpriced(const RooflineRequest& q, Outcome outcome, const std::string& reason) {
+  bool mla = q.model.attention.kind == AttentionKind::mla;
+  Record r;
+  r.value("model", "model", Cell::text(q.model.name));
+  r.value("gpu", "gpu", Cell::text(q.gpu.name));
+  r.value("tp", "tp", Cell::count(q.parallel.tp));
+  r.value("pp", Cell::count(q.parallel.pp));
+  r.value("phase", "phase", Cell::text(std::string(phase_name(q.phase))));
+  r.value("mla", "mla", mla ? Cell::text(std::string(mla_mode_name(q.mla))) : Cell::empty());
+  r.value("batch", "batch", Cell::count(q.batch));
+  r.value("context", "context", Cell::count(q.context));
+  r.value("query_tokens", "s", Cell::count(q.query));
+  Cell none = Cell::empty().shown_as("n/a");
+  Record& total = r.object("total", k_tables_only);
+  for (const auto& [key, header] : k_step_figures) {
+    total.value(key, header, none);
+  }
+  r.value("dominant", "dominant op", none, k_tables_only);
+  describe_outcome(r, outcome, reason);
   return r;
 }
 
@@ -572,10 +604,10 @@ std::vector<std::string> explain_step(const Scenario& s, const kv::Deployment& d
   return out;
 }
 
-/// Every scenario of the sweep, computed, described and written one at a time; returns whether
-/// every one's weights fit.
-bool stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineInputs& in,
-                  const std::vector<Model>& models, std::ostream& err) {
+/// Every scenario of the sweep, computed, described and written one at a time; returns the exit
+/// code: the worst outcome (docs/cli.md).
+int stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineInputs& in,
+                 const std::vector<Model>& models, std::ostream& err) {
   check_sweep({{"models", models.size()},
                {"GPUs", in.devices.size()},
                {"tp", args.parallel.tp_sweep().size()},
@@ -583,7 +615,11 @@ bool stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineIn
                {"contexts", in.contexts.size()},
                {"--batch", args.batches_per_gpu.value_or(args.batches).size()}});
   std::size_t count = 0;
-  for_each_scenario(args, in, models, [&](const RooflineRequest&) { ++count; });
+  for (const RooflineRequest& base : base_requests(args, in, models)) {
+    bool mla = base.model.attention.kind == AttentionKind::mla;
+    count += (mla ? args.mla.size() : 1) * in.contexts.size() *
+             args.batches_per_gpu.value_or(args.batches).size();
+  }
   std::vector<ColumnRef> summary{{"model"},
                                  {"gpu"},
                                  {"tp"},
@@ -598,6 +634,8 @@ bool stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineIn
                                  {"total.time_per_token_s", "", "time_per_token_s"},
                                  {"dominant"}};
   Output::TableId summary_table = out->begin_table("", summary);
+  summary.push_back({"status"});
+  summary.push_back({"reason"});
   out->csv_view(summary);
   out->begin_list("scenarios");
   // People read every op of one scenario, or of each with --ops.
@@ -612,53 +650,75 @@ bool stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineIn
   if (!args.plot.empty()) {
     plot.emplace();
   }
-  bool all_fit = true;
+  SweepOutcomes outcomes;
+  std::vector<std::string> unpriced; // the notes of the steps that were not priced, each once
   bool first = true;
   RooflineResult result; // one buffer for every scenario
-  for_each_scenario(args, in, models, [&](const Roofline& roofline, const RooflineRequest& q) {
-    roofline.step(q, result);
-    Scenario s{q, result};
-    out.warnings.insert(out.warnings.end(), result.notes.begin(), result.notes.end());
-    all_fit = all_fit && result.weights_fit;
-    if (first) {
-      out->note(summary_table,
-                "ceilings: " + result.rates_source +
-                    (q.overlap == Overlap::none
-                         ? "; ops run one after another (no overlap)"
-                         : "; two-batch overlap: the shorter of compute and communication "
-                           "runs under the longer"));
-      first = false;
-    }
-    if (plot) {
-      plot->add(s);
-    }
-    Record described =
-        describe_step(s, roofline.deployment(), out->format() == Format::json || op_tables);
-    out->item(described);
-    if (args.explain && out->for_people()) {
-      for (std::string& line : explain_step(s, roofline.deployment(), args.output.units)) {
-        out->text_after(std::move(line));
-      }
-    }
-    if (op_tables) {
-      std::vector<const Record*> ops;
-      for (const Record& op : described.records("ops")) {
-        ops.push_back(&op);
-      }
-      out->table(q.model.name + " on " + q.gpu.name + ", batch " + group_digits(q.batch) +
-                     ", context " + group_digits(q.context) +
-                     (q.model.attention.kind == AttentionKind::mla
-                          ? ", " + std::string(mla_mode_name(result.mla))
-                          : ""),
-                 ops, op_columns);
-    }
-  });
+  for_each_scenario(
+      args, in, models,
+      [&](const RooflineRequest& q, const Roofline* roofline, const Error* deployment_error) {
+        std::optional<Error> error;
+        if (deployment_error) {
+          error = *deployment_error;
+        } else {
+          error = attempt([&] { roofline->step(q, result); });
+        }
+        if (error) {
+          outcomes.add(*error);
+          out->item(describe_unpriced(q, outcome_of(*error), error->what()));
+          std::string note = q.model.name + " on " + q.gpu.name + ", tp " +
+                             group_digits(q.parallel.tp) + ": n/a: " + error->what();
+          if (std::find(unpriced.begin(), unpriced.end(), note) == unpriced.end()) {
+            unpriced.push_back(std::move(note));
+          }
+          return;
+        }
+        Scenario s{q, result};
+        out.warnings.insert(out.warnings.end(), result.notes.begin(), result.notes.end());
+        outcomes.add(result.weights_fit ? Outcome::ok : Outcome::does_not_fit);
+        if (first) {
+          out->note(summary_table,
+                    "ceilings: " + result.rates_source +
+                        (q.overlap == Overlap::none
+                             ? "; ops run one after another (no overlap)"
+                             : "; two-batch overlap: the shorter of compute and communication "
+                               "runs under the longer"));
+          first = false;
+        }
+        if (plot) {
+          plot->add(s);
+        }
+        Record described =
+            describe_step(s, roofline->deployment(), out->format() == Format::json || op_tables);
+        out->item(described);
+        if (args.explain && out->for_people()) {
+          for (std::string& line : explain_step(s, roofline->deployment(), args.output.units)) {
+            out->text_after(std::move(line));
+          }
+        }
+        if (op_tables) {
+          std::vector<const Record*> ops;
+          for (const Record& op : described.records("ops")) {
+            ops.push_back(&op);
+          }
+          out->table(q.model.name + " on " + q.gpu.name + ", batch " + group_digits(q.batch) +
+                         ", context " + group_digits(q.context) +
+                         (q.model.attention.kind == AttentionKind::mla
+                              ? ", " + std::string(mla_mode_name(result.mla))
+                              : ""),
+                     ops, op_columns);
+        }
+      });
   out->end_list();
+  outcomes.throw_if_none_ran();
+  for (std::string& note : unpriced) {
+    out->note(summary_table, std::move(note));
+  }
   if (plot) {
     plot->write(args.plot);
     err << "kvcalc: wrote " << args.plot << '\n';
   }
-  return all_fit;
+  return outcomes.exit_code();
 }
 
 int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err) {
@@ -666,7 +726,7 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
                        err);
   std::vector<Model> models = load_models(args.models, output.warnings);
   RooflineInputs in = read_inputs(args, models, output.warnings, err);
-  bool all_fit = true;
+  int code = 0;
   if (args.mla_crossover) {
     std::vector<Crossover> crossovers = run_crossovers(args, in, models);
     if (!args.plot.empty()) {
@@ -675,10 +735,10 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
     }
     render_crossovers(output, crossovers);
   } else {
-    all_fit = stream_steps(output, args, in, models, err);
+    code = stream_steps(output, args, in, models, err);
   }
   output.finish();
-  return static_cast<int>(all_fit ? ExitCode::ok : ExitCode::does_not_fit);
+  return code;
 }
 
 } // namespace

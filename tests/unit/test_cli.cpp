@@ -15,6 +15,7 @@
 #include <kvcalc/core/version.hpp>
 
 #include "../../src/cli/command.hpp"
+#include "../../src/cli/sweep.hpp"
 #include <kvcalc/measure/measure.hpp>
 #include <kvcalc/model/loader.hpp>
 #include <kvcalc/model/registry.hpp>
@@ -668,4 +669,46 @@ TEST_CASE("a piped trace and a piped model are read like files, once", "[cli][si
   CHECK(m.code == 0);
   CHECK(m.out.find("131,072 B") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a sweep's exit code is its worst outcome; one in which nothing ran fails as its first "
+          "combination would",
+          "[cli][sweep]") {
+  using kvcalc::cli::Outcome;
+  using kvcalc::cli::SweepOutcomes;
+  SweepOutcomes all_ok;
+  all_ok.add(Outcome::ok);
+  all_ok.add(Outcome::ok);
+  CHECK(all_ok.exit_code() == 0);
+  CHECK_NOTHROW(all_ok.throw_if_none_ran());
+
+  SweepOutcomes unfit;
+  unfit.add(Outcome::ok);
+  unfit.add(kvcalc::DoesNotFit("too big"));
+  CHECK(unfit.exit_code() == 4);
+  CHECK(kvcalc::cli::outcome_of(kvcalc::DoesNotFit("x")) == Outcome::does_not_fit);
+
+  // A combination that cannot run outweighs one that does not fit, whatever the order.
+  SweepOutcomes mixed;
+  mixed.add(Outcome::does_not_fit);
+  mixed.add(kvcalc::InputError("tp 3 does not split 32 heads"));
+  mixed.add(Outcome::ok);
+  CHECK(mixed.exit_code() == 2);
+  CHECK_NOTHROW(mixed.throw_if_none_ran());
+
+  SweepOutcomes none;
+  none.add(kvcalc::InputError("first"));
+  none.add(kvcalc::InputError("second"));
+  try {
+    none.throw_if_none_ran();
+    FAIL("a sweep in which nothing ran must fail");
+  } catch (const kvcalc::Error& e) {
+    CHECK(std::string(e.what()) == "first");
+    CHECK(e.code() == kvcalc::ExitCode::bad_input);
+  }
+
+  // Only a combination's own errors become rows; an internal error stops the command.
+  CHECK(kvcalc::cli::attempt([] { throw kvcalc::InputError("n/a"); }).has_value());
+  CHECK_FALSE(kvcalc::cli::attempt([] {}).has_value());
+  CHECK_THROWS_AS(kvcalc::cli::attempt([] { throw kvcalc::Error("internal"); }), kvcalc::Error);
 }
