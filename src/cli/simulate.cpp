@@ -24,6 +24,7 @@
 #include <kvcalc/sim/trace.hpp>
 
 #include "deployment.hpp"
+#include "simulate.hpp"
 
 using namespace kvcalc::sim;
 using namespace kvcalc::roofline;
@@ -31,38 +32,6 @@ using namespace kvcalc::roofline;
 namespace kvcalc::cli {
 
 namespace {
-
-struct SimulateArgs {
-  std::vector<std::string> models;
-  std::string workload;                  ///< workload YAML (docs/simulate.md)
-  std::string trace;                     ///< CSV or JSONL requests
-  std::optional<ArrivalProcess> arrival; ///< overrides the workload's
-  std::vector<double> rates;             ///< requests per second, a list sweeps
-  std::string prompt_tokens;             ///< length distribution
-  std::string output_tokens;
-  std::string duration;
-  std::optional<u64> requests;
-  std::string seed;
-  Preemption preemption = Preemption::recompute;
-  std::string swap_bandwidth = "25GB"; ///< bytes per second, one GPU's host link
-  bool no_prefix_sharing = false;
-  MlaMode mla = MlaMode::automatic;
-  std::string efficiency;
-  CeilingOptions ceilings;
-  std::string timeline; ///< per-step CSV file
-  std::string slo;      ///< latency targets: find the highest rate meeting them
-  SloSearchKind slo_search = SloSearchKind::rate; ///< or the largest batch
-  std::string plot;                               ///< SVG file
-  std::string prefill_pool; ///< disaggregated: the prefill pool's deployment, NxG[:tpT][:epE]...
-  std::string decode_pool;  ///< and the decode pool's
-  Overlap overlap = Overlap::none;
-  std::string imbalance = "1";
-  std::optional<u64> block_size;
-  CacheRequest cache;
-  ParallelOptions parallel = ParallelOptions::on({"h100-sxm"});
-  EngineOptions engine = EngineOptions::of(Engine::vllm);
-  OutputOptions output;
-};
 
 /// The synthetic workload of the options: the YAML's, with the command line on top.
 Workload synthetic_workload(const SimulateArgs& args) {
@@ -129,28 +98,6 @@ std::vector<double> parse_rates(const std::string& text) {
 Cell latency_cell(const LatencySummary& s, double v) {
   return s.count > 0 ? Cell::seconds(v) : Cell::empty();
 }
-
-/// A disaggregated scenario's pools, their runs and the transfers between them.
-struct Pools {
-  SimConfig prefill;
-  SimResult prefill_run;
-  SimResult decode_run;
-  KvTransfer transfer;
-  LatencySummary transfers;
-};
-
-struct Scenario {
-  SimConfig config; ///< the instance; disaggregated: the decode pool
-  std::optional<Pools> pools;
-  std::string model;
-  std::string gpu;
-  Engine engine = Engine::plain;
-  std::optional<double> rate;    ///< synthetic workloads
-  std::string unfit;             ///< why the model does not fit (then nothing was simulated)
-  u64 kv_pool_bytes_per_gpu = 0; ///< what a fraction of its pool stands for
-  SimResult result;
-  std::string label; ///< for plots and timelines
-};
 
 void write_plot(const std::string& path, const std::vector<const Scenario*>& scenarios) {
   LineChart occupancy;
@@ -295,23 +242,6 @@ ParallelOptions pool_options(const std::string& spec, const std::string& flag,
   }
   return p;
 }
-
-/// The command line read and checked: all that a run needs before a model is loaded.
-struct SimulateInputs {
-  bool trace = false;
-  /// A trace that comes through a pipe, read once and replayed from memory for every scenario
-  /// (a file is read again for each).
-  std::optional<std::string> piped_trace;
-  Workload workload;                        ///< a synthetic run's
-  std::vector<std::optional<double>> rates; ///< one empty entry for a trace or a burst
-  Efficiency efficiency;
-  std::optional<DeviceProfile> profile;
-  double swap_bandwidth = 0; ///< bytes per second
-  ParallelOptions deployment;
-  std::optional<ParallelOptions> prefill_pool; ///< disaggregated serving
-  std::optional<ParallelOptions> decode_pool;
-  double imbalance = 1;
-};
 
 SimulateInputs read_inputs(const SimulateArgs& args, std::ostream& err) {
   check_plot_path(args.plot);
@@ -482,6 +412,8 @@ std::variant<SimConfig, std::string> instance_of(const CapacityRequest& request,
   return c;
 }
 
+} // namespace
+
 /// The requests of one run: the trace, or the synthetic workload at `rate`.
 std::unique_ptr<RequestSource> open_source(const SimulateArgs& args, const SimulateInputs& in,
                                            std::optional<double> rate,
@@ -499,6 +431,73 @@ std::unique_ptr<RequestSource> open_source(const SimulateArgs& args, const Simul
   return std::make_unique<SyntheticSource>(w);
 }
 
+/// Whether the scenario's arrivals outran it (its queue grew through the run).
+bool overloaded(const SimResult& x) {
+  return x.queue_growth && *x.queue_growth >= k_overload_queue_growth && offered_rate(x) > 0;
+}
+
+/// Every model on every GPU and tp of the deployment as an instance, not yet run; where it does
+/// not fit, the reason.
+std::vector<Scenario> instances(const SimulateArgs& args, const SimulateInputs& in,
+                                const std::vector<Model>& models,
+                                std::vector<std::string>& warnings) {
+  std::vector<Scenario> out;
+  const ParallelOptions& deployment = in.deployment;
+  std::vector<Gpu> devices =
+      deployment_devices(deployment, in.profile, GpuCatalog(deployment.gpu_file),
+                         "add a --device-profile that kvcalc measure wrote", warnings);
+  check_sweep({{"models", models.size()},
+               {"GPUs", devices.size()},
+               {"tp", deployment.tp_sweep().size()},
+               {"--rate", in.rates.size()}});
+  for (const auto& request : capacity_requests(models, args.cache, deployment, args.engine,
+                                               args.block_size, devices, {}, std::nullopt)) {
+    CapacityResult capacity;
+    auto instance = instance_of(request, args, in, deployment.node_gpus(), capacity, warnings);
+    Scenario& base = out.emplace_back();
+    base.config.step.parallel = capacity.parallel;
+    base.model = request.model.name;
+    base.gpu = capacity.gpu;
+    base.engine = capacity.engine;
+    base.kv_pool_bytes_per_gpu = capacity.kv_pool_bytes_per_gpu;
+    if (auto* why = std::get_if<std::string>(&instance)) {
+      base.unfit = *why;
+      continue;
+    }
+    base.config = std::get<SimConfig>(instance);
+  }
+  return out;
+}
+
+Record describe_workload(const SimulateArgs& args, const SimulateInputs& in) {
+  Record r;
+  if (in.trace) {
+    r.value("source", Cell::text("trace"));
+    r.value("file", Cell::text(args.trace));
+    return r;
+  }
+  const Workload& w = in.workload;
+  r.value("source", Cell::text(args.workload.empty() ? "command line" : args.workload));
+  r.value("name", w.name.empty() ? Cell::empty() : Cell::text(w.name));
+  r.value("seed", Cell::count(w.seed));
+  r.value("arrival", Cell::text(std::string(arrival_name(w.arrival))));
+  r.value("duration_s", w.duration_s ? Cell::number(*w.duration_s) : Cell::empty());
+  r.value("requests", w.requests ? Cell::count(*w.requests) : Cell::empty());
+  r.value("prompt_tokens", Cell::text(describe(w.prompt)));
+  r.value("output_tokens", Cell::text(describe(w.output)));
+  if (w.prefix.fraction > 0) {
+    Record& prefix = r.object("prefix");
+    prefix.value("fraction", Cell::number(w.prefix.fraction));
+    prefix.value("count", Cell::count(w.prefix.count));
+    prefix.value("tokens", Cell::count(w.prefix.tokens));
+  } else {
+    r.value("prefix", Cell::empty());
+  }
+  return r;
+}
+
+namespace {
+
 /// A run in which nothing arrived measures nothing: the trace holds no request, or the
 /// workload's stop comes before its first arrival.
 void require_arrivals(const SimResult& x, const SimulateArgs& args, const SimulateInputs& in,
@@ -515,11 +514,6 @@ void require_arrivals(const SimResult& x, const SimulateArgs& args, const Simula
       "no request arrives: the workload stops after {:g} s, before its first arrival at {:g} "
       "requests/s; lengthen --duration, raise --rate, or give --requests",
       in.workload.duration_s.value_or(0), rate.value_or(in.workload.rate)));
-}
-
-/// Whether the scenario's arrivals outran it (its queue grew through the run).
-bool overloaded(const SimResult& x) {
-  return x.queue_growth && *x.queue_growth >= k_overload_queue_growth && offered_rate(x) > 0;
 }
 
 void warn_overload(const Scenario& s, std::vector<std::string>& warnings) {
@@ -613,39 +607,6 @@ std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& 
   return scenarios;
 }
 
-/// Every model on every GPU and tp of the deployment as an instance, not yet run; where it does
-/// not fit, the reason.
-std::vector<Scenario> instances(const SimulateArgs& args, const SimulateInputs& in,
-                                const std::vector<Model>& models,
-                                std::vector<std::string>& warnings) {
-  std::vector<Scenario> out;
-  const ParallelOptions& deployment = in.deployment;
-  std::vector<Gpu> devices =
-      deployment_devices(deployment, in.profile, GpuCatalog(deployment.gpu_file),
-                         "add a --device-profile that kvcalc measure wrote", warnings);
-  check_sweep({{"models", models.size()},
-               {"GPUs", devices.size()},
-               {"tp", deployment.tp_sweep().size()},
-               {"--rate", in.rates.size()}});
-  for (const auto& request : capacity_requests(models, args.cache, deployment, args.engine,
-                                               args.block_size, devices, {}, std::nullopt)) {
-    CapacityResult capacity;
-    auto instance = instance_of(request, args, in, deployment.node_gpus(), capacity, warnings);
-    Scenario& base = out.emplace_back();
-    base.config.step.parallel = capacity.parallel;
-    base.model = request.model.name;
-    base.gpu = capacity.gpu;
-    base.engine = capacity.engine;
-    base.kv_pool_bytes_per_gpu = capacity.kv_pool_bytes_per_gpu;
-    if (auto* why = std::get_if<std::string>(&instance)) {
-      base.unfit = *why;
-      continue;
-    }
-    base.config = std::get<SimConfig>(instance);
-  }
-  return out;
-}
-
 /// Every model on every GPU and tp of the deployment, at every rate: simulated where it fits,
 /// with the reason where it does not.
 std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInputs& in,
@@ -683,33 +644,6 @@ std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInpu
     }
   }
   return scenarios;
-}
-
-Record describe_workload(const SimulateArgs& args, const SimulateInputs& in) {
-  Record r;
-  if (in.trace) {
-    r.value("source", Cell::text("trace"));
-    r.value("file", Cell::text(args.trace));
-    return r;
-  }
-  const Workload& w = in.workload;
-  r.value("source", Cell::text(args.workload.empty() ? "command line" : args.workload));
-  r.value("name", w.name.empty() ? Cell::empty() : Cell::text(w.name));
-  r.value("seed", Cell::count(w.seed));
-  r.value("arrival", Cell::text(std::string(arrival_name(w.arrival))));
-  r.value("duration_s", w.duration_s ? Cell::number(*w.duration_s) : Cell::empty());
-  r.value("requests", w.requests ? Cell::count(*w.requests) : Cell::empty());
-  r.value("prompt_tokens", Cell::text(describe(w.prompt)));
-  r.value("output_tokens", Cell::text(describe(w.output)));
-  if (w.prefix.fraction > 0) {
-    Record& prefix = r.object("prefix");
-    prefix.value("fraction", Cell::number(w.prefix.fraction));
-    prefix.value("count", Cell::count(w.prefix.count));
-    prefix.value("tokens", Cell::count(w.prefix.tokens));
-  } else {
-    r.value("prefix", Cell::empty());
-  }
-  return r;
 }
 
 Record describe_scheduler(const SimulateArgs& args, const SimulateInputs& in) {

@@ -1,0 +1,111 @@
+#pragma once
+// What `simulate`'s two paths share: the command line read and checked, the instances of its
+// deployment and the requests of a run.
+
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kvcalc/device/profile.hpp>
+#include <kvcalc/report/record.hpp>
+#include <kvcalc/roofline/roofline.hpp>
+#include <kvcalc/sim/simulator.hpp>
+#include <kvcalc/sim/slo.hpp>
+#include <kvcalc/sim/workload.hpp>
+
+#include "command.hpp"
+
+namespace kvcalc::cli {
+
+struct SimulateArgs {
+  std::vector<std::string> models;
+  std::string workload;                       ///< workload YAML (docs/simulate.md)
+  std::string trace;                          ///< CSV or JSONL requests
+  std::optional<sim::ArrivalProcess> arrival; ///< overrides the workload's
+  std::vector<double> rates;                  ///< requests per second, a list sweeps
+  std::string prompt_tokens;                  ///< length distribution
+  std::string output_tokens;
+  std::string duration;
+  std::optional<u64> requests;
+  std::string seed;
+  sim::Preemption preemption = sim::Preemption::recompute;
+  std::string swap_bandwidth = "25GB"; ///< bytes per second, one GPU's host link
+  bool no_prefix_sharing = false;
+  roofline::MlaMode mla = roofline::MlaMode::automatic;
+  std::string efficiency;
+  CeilingOptions ceilings;
+  std::string timeline; ///< per-step CSV file
+  std::string slo;      ///< latency targets: find the highest rate meeting them
+  sim::SloSearchKind slo_search = sim::SloSearchKind::rate; ///< or the largest batch
+  std::string plot;                                         ///< SVG file
+  std::string prefill_pool; ///< disaggregated: the prefill pool's deployment, NxG[:tpT][:epE]...
+  std::string decode_pool;  ///< and the decode pool's
+  roofline::Overlap overlap = roofline::Overlap::none;
+  std::string imbalance = "1";
+  std::optional<u64> block_size;
+  CacheRequest cache;
+  ParallelOptions parallel = ParallelOptions::on({"h100-sxm"});
+  EngineOptions engine = EngineOptions::of(Engine::vllm);
+  OutputOptions output;
+};
+
+/// The command line read and checked: all that a run needs before a model is loaded.
+struct SimulateInputs {
+  bool trace = false;
+  /// A trace that comes through a pipe, read once and replayed from memory for every scenario
+  /// (a file is read again for each).
+  std::optional<std::string> piped_trace;
+  sim::Workload workload;                   ///< a synthetic run's
+  std::vector<std::optional<double>> rates; ///< one empty entry for a trace or a burst
+  Efficiency efficiency;
+  std::optional<DeviceProfile> profile;
+  double swap_bandwidth = 0; ///< bytes per second
+  ParallelOptions deployment;
+  std::optional<ParallelOptions> prefill_pool; ///< disaggregated serving
+  std::optional<ParallelOptions> decode_pool;
+  double imbalance = 1;
+};
+
+/// A disaggregated scenario's pools, their runs and the transfers between them.
+struct Pools {
+  sim::SimConfig prefill;
+  sim::SimResult prefill_run;
+  sim::SimResult decode_run;
+  sim::KvTransfer transfer;
+  sim::LatencySummary transfers;
+};
+
+struct Scenario {
+  sim::SimConfig config; ///< the instance; disaggregated: the decode pool
+  std::optional<Pools> pools;
+  std::string model;
+  std::string gpu;
+  Engine engine = Engine::plain;
+  std::optional<double> rate;    ///< synthetic workloads
+  std::string unfit;             ///< why the model does not fit (then nothing was simulated)
+  u64 kv_pool_bytes_per_gpu = 0; ///< what a fraction of its pool stands for
+  sim::SimResult result;
+  std::string label; ///< for plots and timelines
+};
+
+/// Every model on every GPU and tp of the deployment as an instance, not yet run; where it does
+/// not fit, the reason.
+std::vector<Scenario> instances(const SimulateArgs& args, const SimulateInputs& in,
+                                const std::vector<Model>& models,
+                                std::vector<std::string>& warnings);
+
+/// The requests of one run: the trace (read through `file`), or the synthetic workload at
+/// `rate`.
+std::unique_ptr<sim::RequestSource> open_source(const SimulateArgs& args, const SimulateInputs& in,
+                                                std::optional<double> rate,
+                                                std::unique_ptr<std::istream>& file);
+
+/// Whether the run's arrivals outran it (its queue grew through the run).
+bool overloaded(const sim::SimResult& x);
+
+/// The workload: the trace's file, or the synthetic workload's parameters.
+Record describe_workload(const SimulateArgs& args, const SimulateInputs& in);
+
+} // namespace kvcalc::cli
