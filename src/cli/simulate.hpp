@@ -1,6 +1,7 @@
 #pragma once
 // What `simulate`'s two paths share: the command line read and checked, the instances of its
-// deployment and the requests of a run.
+// deployment and the requests of a run. simulate.cpp runs the scenarios and renders them;
+// simulate_slo.cpp searches or checks each instance against latency targets (--slo).
 
 #include <iosfwd>
 #include <memory>
@@ -107,5 +108,10 @@ bool overloaded(const sim::SimResult& x);
 
 /// The workload: the trace's file, or the synthetic workload's parameters.
 Record describe_workload(const SimulateArgs& args, const SimulateInputs& in);
+
+/// --slo: each instance searched for the highest rate (or largest batch) meeting the targets, or
+/// checked at the rates (or trace) given; returns the exit code.
+int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vector<Model>& models,
+            CommandOutput& out, std::ostream& err);
 
 } // namespace kvcalc::cli
