@@ -385,22 +385,27 @@ private:
   std::optional<OutputFile> m_file;
 };
 
-/// The instance `request` sizes, or why it does not fit.
+/// The instance `request` sizes, with the options' scheduling and pricing, or why it does not
+/// fit; any other refusal (several copies of the model, a pool that holds nothing) is an error.
 std::variant<SimConfig, std::string> instance_of(const CapacityRequest& request,
                                                  const SimulateArgs& args, const SimulateInputs& in,
                                                  u64 gpus_per_node, CapacityResult& capacity,
                                                  std::vector<std::string>& warnings) {
   capacity = compute_capacity(request);
-  if (!capacity.fits) {
-    return request.model.name + " does not fit on " + group_digits(capacity.parallel.gpus) + " × " +
-           capacity.gpu + " (tp " + group_digits(capacity.parallel.tp) + "): " + capacity.reason +
-           "; " + fit_hint(request);
+  auto sized = size_instance(request.model.name, capacity);
+  const auto* refusal = std::get_if<InstanceRefusal>(&sized);
+  if (refusal && refusal->reason == InstanceRefusal::Reason::does_not_fit) {
+    return refusal->message + "; " + fit_hint(request);
   }
   DeviceRates device =
       in.profile ? device_rates(request.gpu, *in.profile)
                  : device_rates(request.gpu, in.efficiency.bandwidth, in.efficiency.flops);
   device.links.domain = scale_up_domain(request.gpu, gpus_per_node);
-  SimConfig c = instance_config(request, capacity, device, args.mla);
+  if (refusal) {
+    throw InputError(refusal->message);
+  }
+  SimConfig c = instance_config(std::get<InstanceSize>(std::move(sized)), request,
+                                capacity.parallel, device, args.mla);
   c.preemption = args.preemption;
   c.swap_bytes_per_s = in.swap_bandwidth;
   c.prefix_sharing = !args.no_prefix_sharing;

@@ -25,29 +25,25 @@ Preemption parse_preemption(std::string_view text) {
   return k_preemptions.parse(text);
 }
 
-SimConfig instance_config(const CapacityRequest& request, const CapacityResult& capacity,
-                          const DeviceRates& rates, MlaMode mla) {
-  const Model& m = request.model;
+std::variant<InstanceSize, InstanceRefusal> size_instance(std::string_view model,
+                                                          const CapacityResult& capacity) {
+  using Reason = InstanceRefusal::Reason;
+  std::string name(model);
   if (!capacity.fits) {
-    throw InputError(m.name + " does not fit on " + group_digits(capacity.parallel.gpus) + " × " +
-                     capacity.gpu + " (tp " + group_digits(capacity.parallel.tp) +
-                     "): " + capacity.reason);
+    return InstanceRefusal{Reason::does_not_fit,
+                           name + " does not fit on " + group_digits(capacity.parallel.gpus) +
+                               " × " + capacity.gpu + " (tp " + group_digits(capacity.parallel.tp) +
+                               "): " + capacity.reason};
   }
   if (capacity.replicas > 1) {
-    throw InputError(
+    return InstanceRefusal{
+        Reason::model_copies,
         "simulate runs one serving instance: --gpus " + group_digits(capacity.parallel.gpus) +
-        " holds " + group_digits(capacity.replicas) +
-        " copies of tp × pp = " + group_digits(capacity.parallel.tp * capacity.parallel.pp) +
-        "; give --gpus equal to tp × pp (and divide the rate among the copies)");
+            " holds " + group_digits(capacity.replicas) +
+            " copies of tp × pp = " + group_digits(capacity.parallel.tp * capacity.parallel.pp) +
+            "; give --gpus equal to tp × pp (and divide the rate among the copies)"};
   }
-  SimConfig c;
-  c.step.model = m;
-  c.step.gpu = request.gpu;
-  c.step.rates = rates;
-  c.step.cache = request.cache;
-  c.step.weight_dtype = request.weight_dtype;
-  c.step.parallel = capacity.parallel;
-  c.step.mla = mla;
+  InstanceSize size;
   // The engine's pools: one rank's capacity bounds one sequence; the instance has kv_pools.
   for (const SequencePool& pool : capacity.sequence_pools) {
     if (pool.capacity == 0) {
@@ -55,34 +51,61 @@ SimConfig instance_config(const CapacityRequest& request, const CapacityResult& 
       for (const auto& note : capacity.notes) {
         why += "; " + note;
       }
-      throw InputError(m.name + " on " + capacity.gpu + ": the engine's " + pool.name +
-                       " pool holds nothing" +
-                       (why.empty() ? " (kvcalc capacity --explain shows its budget)" : why));
+      return InstanceRefusal{
+          Reason::empty_pool,
+          name + " on " + capacity.gpu + ": the engine's " + pool.name + " pool holds nothing" +
+              (why.empty() ? " (kvcalc capacity --explain shows its budget)" : why)};
     }
     SequencePool whole = pool;
     whole.capacity = checked_mul(pool.capacity, capacity.kv_pools);
-    c.pools.push_back(std::move(whole));
-    c.pool_limits.push_back(pool.capacity);
+    size.pools.push_back(std::move(whole));
+    size.pool_limits.push_back(pool.capacity);
   }
-  if (c.pools.empty()) {
-    throw InputError(m.name + ": no layer keeps a cache; there is nothing to simulate");
+  if (size.pools.empty()) {
+    return InstanceRefusal{Reason::no_cache,
+                           name + ": no layer keeps a cache; there is nothing to simulate"};
   }
-  c.pool_blocks = c.pools.front().capacity;
-  c.sequence_blocks_limit = c.pool_limits.front();
-  c.pool_unit = c.pools.front().unit;
-  u64 prefix_block = c.pools.front().prefix_block_size();
-  c.block_size = prefix_block > 0 ? prefix_block
-                 : c.pools.front().terms.front().block_size > 0
-                     ? c.pools.front().terms.front().block_size
-                     : 1;
-  if (c.pool_unit == "bytes") {
-    c.block_size = std::max<u64>(capacity.block_size, 1);
+  const SequencePool& first = size.pools.front();
+  size.pool_blocks = first.capacity;
+  size.sequence_blocks_limit = size.pool_limits.front();
+  size.pool_unit = first.unit;
+  u64 prefix_block = first.prefix_block_size();
+  size.block_size = prefix_block > 0 ? prefix_block
+                    : !first.terms.empty() && first.terms.front().block_size > 0
+                        ? first.terms.front().block_size
+                        : 1;
+  if (size.pool_unit == "bytes") {
+    size.block_size = std::max<u64>(capacity.block_size, 1);
   }
-  c.max_batched_tokens = capacity.max_batched_tokens;
-  c.max_seqs = capacity.max_seqs;
-  c.max_context = capacity.max_model_len;
-  c.kv_bytes_per_token = static_cast<double>(capacity.kv_bytes_per_token_per_gpu);
+  size.max_batched_tokens = capacity.max_batched_tokens;
+  size.max_seqs = capacity.max_seqs;
+  size.max_context = capacity.max_model_len;
+  size.kv_bytes_per_token = static_cast<double>(capacity.kv_bytes_per_token_per_gpu);
+  return size;
+}
+
+SimConfig instance_config(InstanceSize size, const CapacityRequest& request,
+                          const Parallelism& parallel, const DeviceRates& rates, MlaMode mla) {
+  SimConfig c;
+  static_cast<InstanceSize&>(c) = std::move(size);
+  c.step.model = request.model;
+  c.step.gpu = request.gpu;
+  c.step.rates = rates;
+  c.step.cache = request.cache;
+  c.step.weight_dtype = request.weight_dtype;
+  c.step.parallel = parallel;
+  c.step.mla = mla;
   return c;
+}
+
+SimConfig instance_config(const CapacityRequest& request, const CapacityResult& capacity,
+                          const DeviceRates& rates, MlaMode mla) {
+  auto sized = size_instance(request.model.name, capacity);
+  if (auto* refusal = std::get_if<InstanceRefusal>(&sized)) {
+    throw InputError(refusal->message);
+  }
+  return instance_config(std::get<InstanceSize>(std::move(sized)), request, capacity.parallel,
+                         rates, mla);
 }
 
 double offered_rate(const SimResult& r) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <variant>
 
 #include <kvcalc/model/registry.hpp>
 #include <kvcalc/sim/simulator.hpp>
@@ -272,6 +273,135 @@ TEST_CASE("instance_config: the engine's pool, and clear refusals", "[sim]") {
   CHECK_THROWS_WITH(instance_config(q, kv::compute_capacity(q), roofline::device_rates(q.gpu),
                                     MlaMode::automatic),
                     Catch::Contains("one serving instance"));
+}
+
+// vLLM with --num-gpu-blocks-override 4096 on each of the 8 attention-DP ranks of DeepSeek-V3 on
+// 8 × H200: a rank hands out 4,096 − 1 = 4,095 blocks (the null block never is), and the
+// instance joins the 8 ranks' pools into 8 × 4,095 = 32,760 blocks, one sequence holding at
+// most one rank's 4,095. MLA on Hopper pages in FlashMLA's 64-token blocks. A token's cache on
+// one GPU is the whole latent of every layer, 61 × (512 + 64) × 2 B = 70,272 B (each rank keeps
+// its own sequences whole); the longest request is the model's 163,840-token context.
+TEST_CASE("size_instance: vLLM's pool per attention-DP rank, joined over the ranks", "[sim]") {
+  kv::CapacityRequest q = capacity_request("deepseek-v3", "h200", 8);
+  q.parallel.dp_attention = true;
+  q.engine.num_gpu_blocks = 4096;
+  auto sized = size_instance(q.model.name, compute_capacity(q));
+  REQUIRE(std::holds_alternative<InstanceSize>(sized));
+  const InstanceSize& s = std::get<InstanceSize>(sized);
+  REQUIRE(s.pools.size() == 1);
+  CHECK(s.pools[0].capacity == 32760);
+  CHECK(s.pool_limits == std::vector<u64>{4095});
+  CHECK(s.pool_blocks == 32760);
+  CHECK(s.sequence_blocks_limit == 4095);
+  CHECK(s.pool_unit == "blocks");
+  CHECK(s.block_size == 64);
+  CHECK(s.kv_bytes_per_token == 70272);
+  CHECK(s.max_context == 163840);
+}
+
+// SGLang's pools for a hybrid model as its rules give them for one of 2 attention-DP ranks: a
+// full pool of 120,000 tokens in pages of 64 (a page takes 64 token slots), a sliding pool of
+// 30,000 tokens over a 4,096-token window, and 100 state slots, three a request. The instance
+// holds 2 × each, 240,000 and 60,000 tokens and 200 slots; one sequence at most one rank's
+// 120,000, 30,000 and 100. The first pool counts tokens in pages of 64, so its block is 64
+// tokens; budget, sequence limit, max length and bytes per token pass through as the engine
+// set them.
+TEST_CASE("size_instance: every pool of the engine, times the ranks", "[sim]") {
+  kv::CapacityResult cap;
+  cap.fits = true;
+  cap.kv_pools = 2;
+  cap.max_batched_tokens = 16384;
+  cap.max_seqs = 33;
+  cap.max_model_len = 131072;
+  cap.kv_bytes_per_token_per_gpu = 49152;
+  cap.sequence_pools = {{"full", "tokens", 120000, {{CacheKind::full, 0, 64, 64}}},
+                        {"sliding", "tokens", 30000, {{CacheKind::sliding, 4096, 64, 64}}},
+                        {"state", "slots", 100, {{CacheKind::state, 0, 1, 3}}}};
+  auto sized = size_instance("hybrid", cap);
+  REQUIRE(std::holds_alternative<InstanceSize>(sized));
+  const InstanceSize& s = std::get<InstanceSize>(sized);
+  REQUIRE(s.pools.size() == 3);
+  CHECK(s.pools[0].capacity == 240000);
+  CHECK(s.pools[1].capacity == 60000);
+  CHECK(s.pools[2].capacity == 200);
+  CHECK(s.pools[1].terms.front().window == 4096);
+  CHECK(s.pools[2].unit == "slots");
+  CHECK(s.pool_limits == std::vector<u64>{120000, 30000, 100});
+  CHECK(s.pool_blocks == 240000);
+  CHECK(s.sequence_blocks_limit == 120000);
+  CHECK(s.pool_unit == "tokens");
+  CHECK(s.block_size == 64);
+  CHECK(s.max_batched_tokens == 16384);
+  CHECK(s.max_seqs == 33);
+  CHECK(s.max_context == 131072);
+  CHECK(s.kv_bytes_per_token == 49152);
+}
+
+// Without full layers there is no block to share prefixes in: a pool of state blocks alone (a
+// Mamba model under vLLM, its block 2,048 tokens) takes its first term's block. The plain
+// engine's pool counts bytes; a state there is one unit of its bytes, and the block is the
+// engine's page (16 tokens here, 1 when it pages none).
+TEST_CASE("size_instance: the block of a pool without full layers", "[sim]") {
+  kv::CapacityResult cap;
+  cap.fits = true;
+  cap.sequence_pools = {{"blocks", "blocks", 500, {{CacheKind::state, 0, 2048, 1}}}};
+  auto state = size_instance("mamba", cap);
+  REQUIRE(std::holds_alternative<InstanceSize>(state));
+  CHECK(std::get<InstanceSize>(state).block_size == 2048);
+
+  cap.sequence_pools = {{"bytes", "bytes", 1000000, {{CacheKind::state, 0, 1, 4096}}}};
+  cap.block_size = 16;
+  auto bytes = size_instance("mamba", cap);
+  REQUIRE(std::holds_alternative<InstanceSize>(bytes));
+  CHECK(std::get<InstanceSize>(bytes).block_size == 16);
+  CHECK(std::get<InstanceSize>(bytes).pool_unit == "bytes");
+  cap.block_size = 0;
+  CHECK(std::get<InstanceSize>(size_instance("mamba", cap)).block_size == 1);
+}
+
+TEST_CASE("size_instance: why there is no instance", "[sim]") {
+  using Reason = InstanceRefusal::Reason;
+  auto refusal = [](const kv::CapacityResult& cap) {
+    auto sized = size_instance("m", cap);
+    REQUIRE(std::holds_alternative<InstanceRefusal>(sized));
+    return std::get<InstanceRefusal>(sized);
+  };
+  kv::CapacityResult cap;
+  cap.gpu = "h200";
+  cap.parallel.gpus = 1;
+  cap.fits = false;
+  cap.reason = "the weights alone exceed the GPU";
+  InstanceRefusal unfit = refusal(cap);
+  CHECK(unfit.reason == Reason::does_not_fit);
+  CHECK(unfit.message == "m does not fit on 1 × h200 (tp 1): the weights alone exceed the GPU");
+
+  // 16 GPUs at tp 8, pp 1: two copies of the model.
+  cap.fits = true;
+  cap.parallel.gpus = 16;
+  cap.parallel.tp = 8;
+  cap.replicas = 2;
+  InstanceRefusal copies = refusal(cap);
+  CHECK(copies.reason == Reason::model_copies);
+  CHECK(copies.message == "simulate runs one serving instance: --gpus 16 holds 2 copies of tp × "
+                          "pp = 8; give --gpus equal to tp × pp (and divide the rate among the "
+                          "copies)");
+
+  cap.replicas = 1;
+  cap.sequence_pools = {{"blocks", "blocks", 100, {{CacheKind::full, 0, 16, 1}}},
+                        {"state", "slots", 0, {{CacheKind::state, 0, 1, 1}}}};
+  InstanceRefusal empty = refusal(cap);
+  CHECK(empty.reason == Reason::empty_pool);
+  CHECK(empty.message ==
+        "m on h200: the engine's state pool holds nothing (kvcalc capacity --explain shows its "
+        "budget)");
+  cap.notes = {"the states take the whole budget"};
+  CHECK(refusal(cap).message ==
+        "m on h200: the engine's state pool holds nothing; the states take the whole budget");
+
+  cap.sequence_pools.clear();
+  InstanceRefusal nothing = refusal(cap);
+  CHECK(nothing.reason == Reason::no_cache);
+  CHECK(nothing.message == "m: no layer keeps a cache; there is nothing to simulate");
 }
 
 TEST_CASE("random numbers and distributions are fixed by the seed", "[sim][workload]") {

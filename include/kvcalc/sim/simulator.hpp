@@ -6,6 +6,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
 
 #include <kvcalc/core/names.hpp>
@@ -32,9 +34,10 @@ inline constexpr NameTable<Preemption, 2> k_preemptions{
 /// near 400 MiB however many requests arrive at once.
 inline constexpr u64 k_max_requests_in_system = u64{1} << 21;
 
-/// One serving instance, ready to simulate.
-struct SimConfig {
-  roofline::RooflineRequest step; ///< model, GPU, rates, cache, weights, parallelism, MLA mode
+/// All that the capacity engine decides of a simulated instance: its pools and what a sequence
+/// holds of them, the token budget, the sequence limit and the longest request
+/// (docs/simulate.md, "The instance").
+struct InstanceSize {
   /// The engine's pools with the capacity of the whole instance, and what a sequence holds in
   /// each (docs/simulate.md, "KV pools"). Empty: one pool of `pool_blocks` blocks of
   /// `block_size` tokens, every layer holding every token.
@@ -47,16 +50,46 @@ struct SimConfig {
   u64 max_batched_tokens = 8192;    ///< tokens per step
   u64 max_seqs = 256;               ///< running sequences
   u64 max_context = 0;              ///< longest prompt + output; 0: no limit
+  double kv_bytes_per_token = 0;    ///< on one GPU (swap traffic)
+};
+
+/// Why a capacity result gives no instance to simulate.
+struct InstanceRefusal {
+  enum class Reason {
+    does_not_fit, ///< the model does not fit the deployment (capacity's reason)
+    model_copies, ///< the deployment holds more than one copy of the model
+    empty_pool,   ///< one of the engine's pools holds nothing
+    no_cache,     ///< no layer keeps a cache
+  };
+  Reason reason = Reason::does_not_fit;
+  std::string message; ///< what is wrong, for people
+};
+
+/// The instance that `capacity` sized for `model`: each of the engine's pools at one
+/// attention-DP rank's capacity times the instance's `kv_pools` ranks, one rank's capacity
+/// bounding one sequence; the first pool's figures (its block size that of its full layers,
+/// else of its first term, at least 1; a pool of bytes the engine's block size); the engine's
+/// token budget, sequence limit and max model length; or why there is none. Pure.
+[[nodiscard]] std::variant<InstanceSize, InstanceRefusal>
+size_instance(std::string_view model, const kv::CapacityResult& capacity);
+
+/// One serving instance, ready to simulate: its size, how its steps are priced and how it
+/// schedules.
+struct SimConfig : InstanceSize {
+  roofline::RooflineRequest step; ///< model, GPU, rates, cache, weights, parallelism, MLA mode
   Preemption preemption = Preemption::recompute;
   double swap_bytes_per_s = 25e9; ///< host link of one GPU, one direction (swap)
-  double kv_bytes_per_token = 0;  ///< on one GPU (swap traffic)
   bool prefix_sharing = true;     ///< share the blocks of requests' common prefixes
 };
 
-/// The instance that `capacity` sized for `request`: the engine's KV pool in blocks (per
-/// attention-DP rank, times the ranks), its token budget and sequence limit. `rates` and `mla`
-/// price the steps. Throws InputError when the model does not fit, or when the deployment holds
-/// more than one model copy (simulate one copy).
+/// The instance of `size`, its steps priced for `request`'s model, GPU, cache and weights over
+/// `parallel` at `rates`, MLA in `mla`.
+[[nodiscard]] SimConfig instance_config(InstanceSize size, const kv::CapacityRequest& request,
+                                        const kv::Parallelism& parallel,
+                                        const roofline::DeviceRates& rates, roofline::MlaMode mla);
+
+/// The instance that `capacity` sized for `request` (size_instance), its steps priced at
+/// `rates` with `mla`. Throws InputError with the refusal's message when there is none.
 [[nodiscard]] SimConfig instance_config(const kv::CapacityRequest& request,
                                         const kv::CapacityResult& capacity,
                                         const roofline::DeviceRates& rates, roofline::MlaMode mla);
