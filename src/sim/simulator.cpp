@@ -1,7 +1,6 @@
 #include <kvcalc/sim/simulator.hpp>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <deque>
 #include <unordered_map>
@@ -10,6 +9,8 @@
 
 #include <kvcalc/core/spell.hpp>
 #include <kvcalc/core/units.hpp>
+
+#include "kv_pools.hpp"
 
 using namespace kvcalc::roofline;
 using namespace kvcalc::kv;
@@ -144,9 +145,8 @@ private:
   double m_xy = 0;
 };
 
-/// The most pools an engine splits its cache into (SGLang: full, sliding, state).
-constexpr std::size_t k_max_pools = 4;
-using Units = std::array<u64, k_max_pools>;
+using detail::KvHold;
+using detail::KvPools;
 
 /// A request inside the instance.
 struct Seq {
@@ -155,9 +155,7 @@ struct Seq {
   u64 computed_blocks = 0;  ///< blocks of the first pool's full layers `computed` fills
   u64 generated = 0;        ///< output tokens sampled so far
   u64 high = 0;             ///< most tokens it ever had computed (recompute counts below this)
-  Units held{};             ///< units of each pool this sequence holds alone
-  u64 held_until = 0;       ///< tokens up to which `held` stays what it needs (when `sized`)
-  bool sized = false;       ///< `held` was sized by the pools' terms and `held_until` is valid
+  KvHold kv;                ///< what it holds of the pools
   u64 shared_blocks = 0;    ///< blocks of a shared prefix it reads
   bool owns_prefix = false; ///< computing a prefix others will share (not yet complete)
   bool holds_ref = false;   ///< counted among a ready prefix's holders
@@ -175,31 +173,22 @@ struct PrefixEntry {
   bool ready = false; ///< computed: later requests may share it
 };
 
+/// The pools of `c`: its engine's, or one pool of whole blocks, every layer holding every token.
+KvPools pools_of(const SimConfig& c) {
+  if (c.pools.empty()) {
+    return {{{"blocks", "blocks", c.pool_blocks, {{CacheKind::full, 0, c.block_size, 1}}}},
+            {c.sequence_blocks_limit}};
+  }
+  return {c.pools, c.pool_limits};
+}
+
 class Instance {
 public:
   Instance(const SimConfig& config, RequestSource& source,
            const std::function<void(const StepRecord&)>& on_step, const OnComplete& on_complete)
       : m_c(config), m_cost(config.step), m_source(source), m_on_step(on_step),
-        m_on_complete(on_complete), m_pools(config.pools), m_limits(config.pool_limits),
-        m_stages(config.step.parallel.pp) {
-    if (m_pools.empty()) {
-      // One pool of whole blocks, every layer holding every token.
-      m_pools.push_back(
-          {"blocks", "blocks", config.pool_blocks, {{CacheKind::full, 0, config.block_size, 1}}});
-      m_limits = {config.sequence_blocks_limit};
-    }
-    if (m_pools.size() > k_max_pools || m_limits.size() != m_pools.size()) {
-      throw Error("internal error: the simulator takes at most 4 pools, each with its limit");
-    }
-    for (std::size_t p = 0; p < m_pools.size(); ++p) {
-      if (m_pools[p].capacity == 0 || m_limits[p] == 0 || m_pools[p].terms.empty() ||
-          std::any_of(m_pools[p].terms.begin(), m_pools[p].terms.end(),
-                      [](const PoolTerm& t) { return t.block_size == 0; })) {
-        throw InputError("the simulated instance needs KV pools of at least one block");
-      }
-      m_free[p] = m_pools[p].capacity;
-    }
-    m_prefix_block = m_pools.front().prefix_block_size();
+        m_on_complete(on_complete), m_kv(pools_of(config)), m_stages(config.step.parallel.pp) {
+    m_prefix_block = m_kv.prefix_block();
     m_block = m_prefix_block > 0 ? m_prefix_block : std::max<u64>(m_c.block_size, 1);
     if (m_c.max_batched_tokens == 0 || m_c.max_seqs == 0) {
       throw InputError("the simulated instance needs a token budget and a sequence limit of at "
@@ -209,7 +198,7 @@ public:
       throw InputError("--swap-bandwidth must be above 0");
     }
     m_seq_limit = checked_mul(m_c.max_seqs, m_stages, "--max-seqs × pipeline stages");
-    m_r.pool_blocks = m_pools.front().capacity;
+    m_r.pool_blocks = m_kv.capacity(0);
     m_r.block_size = m_prefix_block > 0 ? m_prefix_block : m_c.block_size;
     m_next = m_source.next();
     if (m_next) {
@@ -263,16 +252,7 @@ private:
         ++m_r.rejected_context;
         continue;
       }
-      // The last output token is sampled, never stored; a window's need peaks at its window.
-      bool fits = true;
-      for (std::size_t p = 0; p < m_pools.size(); ++p) {
-        u64 peak = 0;
-        for (u64 t : {total - 1, std::min(total - 1, peak_tokens(p))}) {
-          peak = std::max(peak, m_pools[p].units_at(t));
-        }
-        fits = fits && peak <= m_limits[p];
-      }
-      if (!fits) {
+      if (!m_kv.sequence_fits(total)) {
         ++m_r.requests_rejected;
         ++m_r.rejected_pool;
         continue;
@@ -307,78 +287,16 @@ private:
     s.first_token_s = -1;
   }
 
-  /// Tokens at which pool `p`'s windowed terms hold the most (a full window past a block edge).
-  [[nodiscard]] u64 peak_tokens(std::size_t p) const {
-    u64 most = 0;
-    for (const PoolTerm& t : m_pools[p].terms) {
-      if (t.kind == CacheKind::sliding || t.kind == CacheKind::chunked) {
-        most = std::max(most, t.window + t.block_size - 1);
-      }
-    }
-    return most;
-  }
-
-  /// Units `s` holds of pool `p` with `tokens` tokens cached: its terms, less a shared prefix.
-  [[nodiscard]] u64 wanted(const Seq& s, std::size_t p, u64 tokens) const {
-    u64 want = m_pools[p].units_at(tokens);
-    u64 shared = p == 0 ? m_pools[0].prefix_units(s.shared_blocks) : 0;
-    return want > shared ? want - shared : 0;
-  }
-
-  /// Units of each pool `s` still needs to hold `tokens` tokens; windows give some back
-  /// (negative).
-  [[nodiscard]] std::array<long long, k_max_pools> shortfall(const Seq& s, u64 tokens) const {
-    std::array<long long, k_max_pools> need{};
-    for (std::size_t p = 0; p < m_pools.size(); ++p) {
-      need[p] = static_cast<long long>(wanted(s, p, tokens)) - static_cast<long long>(s.held[p]);
-    }
-    return need;
-  }
-
-  [[nodiscard]] bool room_for(const std::array<long long, k_max_pools>& need) const {
-    for (std::size_t p = 0; p < m_pools.size(); ++p) {
-      if (need[p] > 0 && static_cast<u64>(need[p]) > m_free[p]) {
-        return false;
-      }
-    }
-    return true;
-  }
-
-  /// Whether `s` already holds what `tokens` tokens want of every pool.
-  [[nodiscard]] static bool holds_enough(const Seq& s, u64 tokens) {
-    return s.sized && tokens <= s.held_until;
-  }
-
-  /// Takes (or gives back) `need` so that `s` holds what `tokens` tokens want.
-  void allocate(Seq& s, const std::array<long long, k_max_pools>& need, u64 tokens) {
-    s.held_until = ~u64{0};
-    for (std::size_t p = 0; p < m_pools.size(); ++p) {
-      s.held_until = std::min(s.held_until, m_pools[p].stable_until(tokens));
-      if (need[p] >= 0) {
-        m_free[p] -= static_cast<u64>(need[p]);
-        s.held[p] += static_cast<u64>(need[p]);
-      } else {
-        m_free[p] += static_cast<u64>(-need[p]);
-        s.held[p] -= static_cast<u64>(-need[p]);
-      }
-    }
-    s.sized = true;
-  }
-
   /// Gives back everything `s` holds; its prefix stays while other holders run.
   void release(Seq& s) {
     m_full_blocks -= own_blocks(s);
-    for (std::size_t p = 0; p < m_pools.size(); ++p) {
-      m_free[p] += s.held[p];
-      s.held[p] = 0;
-    }
-    s.sized = false;
+    m_kv.release(s.kv);
     m_stored -= s.computed - std::min(s.computed, s.shared_blocks * m_prefix_block);
     if (s.holds_ref || s.owns_prefix) {
       auto it = m_prefixes.find(s.req.prefix_id);
       if (s.holds_ref && --it->second.refs == 0) {
         m_full_blocks -= it->second.blocks;
-        m_free[0] += m_pools[0].prefix_units(it->second.blocks);
+        m_kv.free_prefix(it->second.blocks);
         m_stored -= it->second.blocks * m_prefix_block;
         m_prefixes.erase(it);
       } else if (s.owns_prefix) {
@@ -433,7 +351,7 @@ private:
       return; // still being computed by its first holder: compute it alone
     }
     u64 k = std::min(shareable, it->second.blocks);
-    s.sized = false;
+    s.kv.sized = false;
     ++it->second.refs;
     s.holds_ref = true;
     s.shared_blocks = k;
@@ -452,7 +370,7 @@ private:
     s.shared_blocks = 0;
     s.computed = 0;
     s.computed_blocks = 0;
-    s.sized = false;
+    s.kv.sized = false;
   }
 
   /// Records `n` new tokens of `s` in this step's load and in the cache.
@@ -481,8 +399,7 @@ private:
         e.ready = true;
         e.refs = 1;
         m_full_blocks += e.blocks;
-        s.held[0] -= m_pools[0].prefix_units(e.blocks);
-        s.sized = false;
+        m_kv.share_prefix(s.kv, e.blocks);
         s.shared_blocks = e.blocks;
         s.owns_prefix = false;
         s.holds_ref = true;
@@ -505,10 +422,10 @@ private:
       Seq& s = m_running[i];
       u64 n = std::min(s.known() - s.computed, budget);
       u64 tokens = s.computed + n;
-      if (!holds_enough(s, tokens)) {
-        auto need = shortfall(s, tokens);
+      if (!s.kv.holds(tokens)) {
+        auto need = m_kv.shortfall(s.kv, tokens, s.shared_blocks);
         bool self_preempted = false;
-        while (!room_for(need)) {
+        while (!m_kv.room_for(need)) {
           if (i + 1 == m_running.size()) {
             preempt_back(); // the sequence itself: nothing later is left to take from
             self_preempted = true;
@@ -519,7 +436,7 @@ private:
         if (self_preempted) {
           break;
         }
-        allocate(m_running[i], need, tokens);
+        m_kv.allocate(m_running[i].kv, need, tokens);
       }
       schedule(m_running[i], n);
       m_scheduled.push_back(i);
@@ -536,8 +453,8 @@ private:
         attach_prefix(s);
       }
       u64 n = std::min(s.known() - s.computed, budget);
-      auto need = shortfall(s, s.computed + n);
-      if (!room_for(need)) {
+      auto need = m_kv.shortfall(s.kv, s.computed + n, s.shared_blocks);
+      if (!m_kv.room_for(need)) {
         if (arriving) {
           drop_prefilled(s);
         } else if (!s.swapped) {
@@ -565,7 +482,7 @@ private:
       m_waiting.pop_front();
       Seq& r = m_running.back();
       m_full_blocks += own_blocks(r);
-      allocate(r, need, r.computed + n);
+      m_kv.allocate(r.kv, need, r.computed + n);
       schedule(r, n);
       m_scheduled.push_back(m_running.size() - 1);
       budget -= n;
@@ -586,15 +503,8 @@ private:
     double duration = m_cost.pipeline_time_s(priced, n) + m_step_swap_s;
     double end = now + duration;
     u64 running_during = m_running.size();
-    double occupancy = 0;
-    for (std::size_t p = 0; p < m_pools.size(); ++p) {
-      if (m_free[p] > m_pools[p].capacity) {
-        throw Error("internal error: the simulator over-committed the KV pool");
-      }
-      occupancy = std::max(occupancy, static_cast<double>(m_pools[p].capacity - m_free[p]) /
-                                          static_cast<double>(m_pools[p].capacity));
-    }
-    u64 used = m_pools[0].capacity - m_free[0];
+    double occupancy = m_kv.occupancy();
+    u64 used = m_kv.used(0);
 
     // Tokens sampled at the end of the step; finished sequences leave.
     u64 outputs = 0;
@@ -725,9 +635,7 @@ private:
   std::deque<Seq> m_waiting;  ///< in arrival order: preempted sequences return to the front
   std::unordered_map<u64, PrefixEntry> m_prefixes;
   std::vector<std::size_t> m_scheduled;
-  std::vector<SequencePool> m_pools;
-  std::vector<u64> m_limits;
-  Units m_free{};
+  KvPools m_kv;
   u64 m_prefix_block = 0; ///< tokens per block of the first pool's full layers (0: none)
   u64 m_block = 1;        ///< m_prefix_block, or the instance's block size when it has none
   u64 m_stored = 0;       ///< tokens in allocated blocks, shared prefixes counted once

@@ -9,6 +9,8 @@
 #include <kvcalc/sim/slo.hpp>
 #include <kvcalc/sim/trace.hpp>
 
+#include "../../src/sim/kv_pools.hpp"
+
 using namespace kvcalc;
 using namespace kvcalc::sim;
 using namespace kvcalc::roofline;
@@ -402,6 +404,129 @@ TEST_CASE("size_instance: why there is no instance", "[sim]") {
   InstanceRefusal nothing = refusal(cap);
   CHECK(nothing.reason == Reason::no_cache);
   CHECK(nothing.message == "m: no layer keeps a cache; there is nothing to simulate");
+}
+
+// One pool of 10 blocks of 16 tokens, each block one unit. 100 tokens take ⌈100 / 16⌉ = 7
+// blocks and keep them up to 7 × 16 = 112 tokens; 48 tokens take 3: the pool is full, and a
+// third sequence, or the first at 113 tokens (8 blocks), finds no room until the first gives
+// its 7 back.
+TEST_CASE("KvPools: full-attention blocks taken to the limit and given back", "[sim]") {
+  detail::KvPools pools({{"blocks", "blocks", 10, {{CacheKind::full, 0, 16, 1}}}}, {10});
+  detail::KvHold a;
+  detail::KvHold b;
+  detail::KvHold c;
+  auto need = pools.shortfall(a, 100, 0);
+  CHECK(need[0] == 7);
+  REQUIRE(pools.room_for(need));
+  pools.allocate(a, need, 100);
+  CHECK(pools.free_units(0) == 3);
+  CHECK(a.held[0] == 7);
+  CHECK(a.holds(112));
+  CHECK_FALSE(a.holds(113));
+
+  pools.allocate(b, pools.shortfall(b, 48, 0), 48);
+  CHECK(pools.free_units(0) == 0);
+  CHECK(pools.used(0) == 10);
+  CHECK(pools.occupancy() == 1.0);
+  CHECK_FALSE(pools.room_for(pools.shortfall(c, 1, 0)));
+  CHECK(pools.shortfall(a, 113, 0)[0] == 1);
+  CHECK_FALSE(pools.room_for(pools.shortfall(a, 113, 0)));
+
+  pools.release(a);
+  CHECK(a.held[0] == 0);
+  CHECK_FALSE(a.holds(1));
+  CHECK(pools.free_units(0) == 7);
+  CHECK(pools.occupancy() == Approx(0.3));
+  CHECK(pools.room_for(pools.shortfall(c, 1, 0)));
+}
+
+// A sliding window of 32 tokens over blocks of 16: at 40 tokens the window (8, 40] overlaps
+// blocks 0–2, 3 blocks, and keeps them up to 47 tokens (at 48 it leaves block 0); at 64 tokens
+// the window (32, 64] overlaps blocks 2–3, so growing from 40 to 64 gives one block back. Its
+// need peaks at 3 blocks (a full window past a block edge, 47 tokens) whatever the length: a
+// request of 65 tokens (64 stored, 2 blocks at its end) still needs a limit of 3.
+TEST_CASE("KvPools: a window gives back the blocks behind it", "[sim]") {
+  kv::SequencePool window{"blocks", "blocks", 8, {{CacheKind::sliding, 32, 16, 1}}};
+  detail::KvPools pools({window}, {3});
+  detail::KvHold a;
+  pools.allocate(a, pools.shortfall(a, 40, 0), 40);
+  CHECK(a.held[0] == 3);
+  CHECK(pools.free_units(0) == 5);
+  CHECK(a.holds(47));
+  CHECK_FALSE(a.holds(48));
+  auto slide = pools.shortfall(a, 64, 0);
+  CHECK(slide[0] == -1);
+  pools.allocate(a, slide, 64);
+  CHECK(a.held[0] == 2);
+  CHECK(pools.free_units(0) == 6);
+
+  CHECK(pools.sequence_fits(65));
+  CHECK(pools.sequence_fits(1000));
+  detail::KvPools tight({window}, {2});
+  CHECK_FALSE(tight.sequence_fits(65));
+  CHECK(tight.sequence_fits(33)); // 32 stored: (0, 32], blocks 0–1
+}
+
+// SGLang's token pool beside its state pool of 7 slots, three a request: two requests take 6
+// slots, so a third finds no room though the token pool has 500 free; the fullest pool (6 / 7)
+// is the occupancy. A state holds the same slots at any length.
+TEST_CASE("KvPools: state slots beside a token pool", "[sim]") {
+  detail::KvPools pools({{"full", "tokens", 1000, {{CacheKind::full, 0, 1, 1}}},
+                         {"state", "slots", 7, {{CacheKind::state, 0, 1, 3}}}},
+                        {1000, 7});
+  detail::KvHold a;
+  detail::KvHold b;
+  detail::KvHold c;
+  auto need = pools.shortfall(a, 300, 0);
+  CHECK(need[0] == 300);
+  CHECK(need[1] == 3);
+  pools.allocate(a, need, 300);
+  pools.allocate(b, pools.shortfall(b, 200, 0), 200);
+  CHECK(pools.free_units(0) == 500);
+  CHECK(pools.free_units(1) == 1);
+  CHECK_FALSE(pools.room_for(pools.shortfall(c, 10, 0)));
+  CHECK(pools.occupancy() == Approx(6.0 / 7));
+  auto grow = pools.shortfall(a, 301, 0);
+  CHECK(grow[0] == 1);
+  CHECK(grow[1] == 0);
+
+  pools.release(b);
+  CHECK(pools.free_units(0) == 700);
+  CHECK(pools.free_units(1) == 4);
+  CHECK(pools.room_for(pools.shortfall(c, 10, 0)));
+}
+
+// Full blocks of 16 tokens, each two units (two KV-cache groups of one kind). A prefix of 64
+// tokens is 4 blocks, 8 units: when it passes to a shared entry its holder no longer holds them
+// alone, and at 80 tokens (5 blocks, 10 units) needs 10 − 8 = 2; the 8 come back to the pool
+// only when the entry's last holder leaves.
+TEST_CASE("KvPools: a shared prefix's units pass to its entry, and back to the pool", "[sim]") {
+  detail::KvPools pools({{"blocks", "blocks", 20, {{CacheKind::full, 0, 16, 2}}}}, {20});
+  CHECK(pools.prefix_block() == 16);
+  detail::KvHold owner;
+  pools.allocate(owner, pools.shortfall(owner, 64, 0), 64);
+  CHECK(owner.held[0] == 8);
+  CHECK(pools.free_units(0) == 12);
+  pools.share_prefix(owner, 4);
+  CHECK(owner.held[0] == 0);
+  CHECK_FALSE(owner.holds(64));
+  CHECK(pools.free_units(0) == 12);
+  CHECK(pools.wanted(0, 80, 4) == 2);
+  CHECK(pools.shortfall(owner, 80, 4)[0] == 2);
+  pools.release(owner);
+  CHECK(pools.free_units(0) == 12);
+  pools.free_prefix(4);
+  CHECK(pools.free_units(0) == 20);
+}
+
+TEST_CASE("KvPools: pools that hold nothing are refused", "[sim]") {
+  CHECK_THROWS_WITH(detail::KvPools({{"blocks", "blocks", 0, {{CacheKind::full, 0, 16, 1}}}}, {1}),
+                    Catch::Contains("KV pools of at least one block"));
+  CHECK_THROWS_WITH(detail::KvPools({{"blocks", "blocks", 10, {{CacheKind::full, 0, 0, 1}}}}, {10}),
+                    Catch::Contains("KV pools of at least one block"));
+  kv::SequencePool one{"blocks", "blocks", 10, {{CacheKind::full, 0, 16, 1}}};
+  CHECK_THROWS_WITH(detail::KvPools({one, one, one, one, one}, {10, 10, 10, 10, 10}),
+                    Catch::Contains("at most 4 pools"));
 }
 
 TEST_CASE("random numbers and distributions are fixed by the seed", "[sim][workload]") {
