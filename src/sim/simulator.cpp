@@ -408,105 +408,153 @@ private:
     m_full_blocks += own_blocks(s);
   }
 
+  /// One step from `now`: the running sequences scheduled, waiting ones admitted, the step
+  /// priced, its tokens sampled; returns when it ends.
   double step(double now) {
-    u64 budget = checked_mul(m_c.max_batched_tokens, m_stages);
+    u64 budget = begin_step();
+    budget = schedule_running(budget);
+    admit_waiting(now, budget);
+    if (m_scheduled.empty()) {
+      throw Error("internal error: the simulator's scheduler made no progress");
+    }
+    StepRecord rec;
+    rec.start_s = now;
+    rec.duration_s = price_step();
+    rec.running = m_running.size();
+    rec.kv_occupancy = m_kv.occupancy();
+    rec.blocks_used = m_kv.used(0);
+    double end = now + rec.duration_s;
+    u64 outputs = advance(end);
+    account(rec, outputs);
+    return end;
+  }
+
+  /// Clears the step's load and counts; returns its token budget (one per micro-batch).
+  u64 begin_step() {
     m_load = roofline::StepLoad{};
     m_step_swap_s = 0;
     m_preempted_now = false;
     m_decode_tokens = 0;
     m_prefill_tokens = 0;
     m_scheduled.clear();
+    return checked_mul(m_c.max_batched_tokens, m_stages);
+  }
 
-    // Running sequences first, oldest first: one token for a decode, a chunk for a prompt.
+  /// Running sequences first, oldest first, while `budget` lasts: one token for a decode, a
+  /// chunk for a prompt. Returns the budget left.
+  u64 schedule_running(u64 budget) {
     for (std::size_t i = 0; i < m_running.size() && budget > 0; ++i) {
       Seq& s = m_running[i];
       u64 n = std::min(s.known() - s.computed, budget);
       u64 tokens = s.computed + n;
-      if (!s.kv.holds(tokens)) {
-        auto need = m_kv.shortfall(s.kv, tokens, s.shared_blocks);
-        bool self_preempted = false;
-        while (!m_kv.room_for(need)) {
-          if (i + 1 == m_running.size()) {
-            preempt_back(); // the sequence itself: nothing later is left to take from
-            self_preempted = true;
-            break;
-          }
-          preempt_back();
-        }
-        if (self_preempted) {
-          break;
-        }
-        m_kv.allocate(m_running[i].kv, need, tokens);
+      if (!s.kv.holds(tokens) && !allocate_running(i, tokens)) {
+        break;
       }
       schedule(m_running[i], n);
       m_scheduled.push_back(i);
       budget -= n;
     }
+    return budget;
+  }
 
-    // Then waiting requests in arrival order, unless this step preempted (vLLM v1).
-    while (!m_preempted_now && !m_waiting.empty() && budget > 0 && m_running.size() < m_seq_limit) {
-      Seq& s = m_waiting.front();
-      bool arriving = s.req.prefilled && s.generated == 0;
-      if (arriving) {
-        take_prefilled(s, now);
-      } else {
-        attach_prefix(s);
+  /// Takes what running sequence `i` needs to hold `tokens` tokens, preempting the
+  /// latest-arrived while the pools lack room; false when the sequence itself was preempted
+  /// (nothing later was left to take from).
+  bool allocate_running(std::size_t i, u64 tokens) {
+    const Seq& s = m_running[i];
+    auto need = m_kv.shortfall(s.kv, tokens, s.shared_blocks);
+    while (!m_kv.room_for(need)) {
+      bool itself = i + 1 == m_running.size();
+      preempt_back();
+      if (itself) {
+        return false;
       }
-      u64 n = std::min(s.known() - s.computed, budget);
-      auto need = m_kv.shortfall(s.kv, s.computed + n, s.shared_blocks);
-      if (!m_kv.room_for(need)) {
-        if (arriving) {
-          drop_prefilled(s);
-        } else if (!s.swapped) {
-          detach_prefix(s);
-        }
+    }
+    m_kv.allocate(m_running[i].kv, need, tokens);
+    return true;
+  }
+
+  /// Then waiting requests in arrival order (FCFS, no skipping) while `budget` lasts, the
+  /// sequence limit allows and the pools hold their first chunk, unless this step preempted
+  /// (vLLM v1).
+  void admit_waiting(double now, u64 budget) {
+    while (!m_preempted_now && !m_waiting.empty() && budget > 0 && m_running.size() < m_seq_limit) {
+      if (!admit_front(now, budget)) {
         break;
       }
-      if (arriving) {
-        s.computed_blocks = blocks_for(s.computed);
-        m_stored += s.computed;
-      }
-      if (s.swapped) {
-        m_step_swap_s += swap_time(s.computed);
-        m_stored += s.computed;
-        s.swapped = false;
-      } else if (s.computed > 0 && !arriving) {
-        m_r.prefix_hit_tokens += s.computed;
-      }
-      if (s.admitted_s < 0) {
-        s.admitted_s = now;
-        m_queue.add(now - s.req.arrival_s);
-        m_growth.add(s.req.arrival_s - m_r.first_arrival_s, now - s.req.arrival_s);
-      }
-      m_running.push_back(std::move(s));
-      m_waiting.pop_front();
-      Seq& r = m_running.back();
-      m_full_blocks += own_blocks(r);
-      m_kv.allocate(r.kv, need, r.computed + n);
-      schedule(r, n);
-      m_scheduled.push_back(m_running.size() - 1);
-      budget -= n;
     }
-    if (m_scheduled.empty()) {
-      throw Error("internal error: the simulator's scheduler made no progress");
-    }
+  }
 
-    // Whole sequences: a step's n split into m = min(pp, n) micro-batches of ⌈n / m⌉, each
-    // spread over dp attention groups whose busiest holds ⌈⌈n / m⌉ / dp⌉ (each sequence was
-    // added at 1/dp of its attention).
+  /// Admits the head of the queue with its first chunk out of `budget`; false, with the
+  /// request left as it was, when the pools have no room for it.
+  bool admit_front(double now, u64& budget) {
+    Seq& s = m_waiting.front();
+    bool arriving = s.req.prefilled && s.generated == 0;
+    if (arriving) {
+      take_prefilled(s, now);
+    } else {
+      attach_prefix(s);
+    }
+    u64 n = std::min(s.known() - s.computed, budget);
+    auto need = m_kv.shortfall(s.kv, s.computed + n, s.shared_blocks);
+    if (!m_kv.room_for(need)) {
+      if (arriving) {
+        drop_prefilled(s);
+      } else if (!s.swapped) {
+        detach_prefix(s);
+      }
+      return false;
+    }
+    resume(s, now, arriving);
+    m_running.push_back(std::move(s));
+    m_waiting.pop_front();
+    Seq& r = m_running.back();
+    m_full_blocks += own_blocks(r);
+    m_kv.allocate(r.kv, need, r.computed + n);
+    schedule(r, n);
+    m_scheduled.push_back(m_running.size() - 1);
+    budget -= n;
+    return true;
+  }
+
+  /// What admitting `s` now brings back: a handed-off cache or a swapped one is in place again
+  /// (a swap copies it back), a shared prefix's tokens are hits, and the first admission ends
+  /// its wait in the queue.
+  void resume(Seq& s, double now, bool arriving) {
+    if (arriving) {
+      s.computed_blocks = blocks_for(s.computed);
+      m_stored += s.computed;
+    }
+    if (s.swapped) {
+      m_step_swap_s += swap_time(s.computed);
+      m_stored += s.computed;
+      s.swapped = false;
+    } else if (s.computed > 0 && !arriving) {
+      m_r.prefix_hit_tokens += s.computed;
+    }
+    if (s.admitted_s < 0) {
+      s.admitted_s = now;
+      m_queue.add(now - s.req.arrival_s);
+      m_growth.add(s.req.arrival_s - m_r.first_arrival_s, now - s.req.arrival_s);
+    }
+  }
+
+  /// The step's time: whole sequences, a step's n split into m = min(pp, n) micro-batches of
+  /// ⌈n / m⌉, each spread over dp attention groups whose busiest holds ⌈⌈n / m⌉ / dp⌉ (each
+  /// sequence was added at 1/dp of its attention); plus the swap copies.
+  [[nodiscard]] double price_step() const {
     u64 n = m_scheduled.size();
     double dp = std::round(1.0 / m_cost.attention_share());
     double m = static_cast<double>(std::clamp<u64>(n, 1, m_stages));
     double micro = std::ceil(static_cast<double>(n) / m);
     double busiest = dp > 1 ? std::ceil(micro / dp) * dp * m / static_cast<double>(n) : 1.0;
     StepLoad priced = busiest > 1 ? m_load.scaled_attention(busiest) : m_load;
-    double duration = m_cost.pipeline_time_s(priced, n) + m_step_swap_s;
-    double end = now + duration;
-    u64 running_during = m_running.size();
-    double occupancy = m_kv.occupancy();
-    u64 used = m_kv.used(0);
+    return m_cost.pipeline_time_s(priced, n) + m_step_swap_s;
+  }
 
-    // Tokens sampled at the end of the step; finished sequences leave.
+  /// Tokens sampled at the step's `end`: every sequence whose known tokens are all computed
+  /// samples one; finished sequences leave. Returns the tokens sampled.
+  u64 advance(double end) {
     u64 outputs = 0;
     for (std::size_t i : m_scheduled) {
       Seq& s = m_running[i];
@@ -526,14 +574,19 @@ private:
       std::erase_if(m_running, [](const Seq& s) { return s.generated == s.req.output_tokens; });
       m_finished_now = 0;
     }
+    return outputs;
+  }
 
-    // Statistics of the step.
+  /// The step's statistics, from `rec`'s figures taken while it ran and the `outputs` it
+  /// sampled; the rest of `rec` filled for on_step.
+  void account(StepRecord& rec, u64 outputs) {
+    double duration = rec.duration_s;
     ++m_r.steps;
     m_r.busy_s += duration;
     m_r.swap_s += m_step_swap_s;
-    m_r.kv_peak_blocks = std::max(m_r.kv_peak_blocks, used);
-    m_r.kv_peak = std::max(m_r.kv_peak, occupancy);
-    m_occupancy_time += occupancy * duration;
+    m_r.kv_peak_blocks = std::max(m_r.kv_peak_blocks, rec.blocks_used);
+    m_r.kv_peak = std::max(m_r.kv_peak, rec.kv_occupancy);
+    m_occupancy_time += rec.kv_occupancy * duration;
 #ifndef NDEBUG
     if (m_full_blocks != counted_full_blocks()) {
       throw Error("internal error: the simulator lost count of its full-attention blocks");
@@ -544,28 +597,21 @@ private:
       m_fragmentation_time += (slots - static_cast<double>(m_stored)) / slots * duration;
       m_holding_time += duration;
     }
-    m_r.peak_running = std::max(m_r.peak_running, running_during);
-    m_running_time += static_cast<double>(running_during) * duration;
+    m_r.peak_running = std::max(m_r.peak_running, rec.running);
+    m_running_time += static_cast<double>(rec.running) * duration;
     u64 tokens = m_decode_tokens + m_prefill_tokens;
-    m_timeline.add(now - m_r.first_arrival_s, duration, occupancy,
-                   static_cast<double>(running_during), static_cast<double>(tokens),
+    m_timeline.add(rec.start_s - m_r.first_arrival_s, duration, rec.kv_occupancy,
+                   static_cast<double>(rec.running), static_cast<double>(tokens),
                    static_cast<double>(outputs));
     if (m_on_step) {
-      StepRecord rec;
       rec.step = m_r.steps;
-      rec.start_s = now;
-      rec.duration_s = duration;
-      rec.running = running_during;
       rec.waiting = m_waiting.size();
       rec.decode_tokens = m_decode_tokens;
       rec.prefill_tokens = m_prefill_tokens;
-      rec.blocks_used = used;
-      rec.kv_occupancy = occupancy;
       rec.preemptions = m_r.preemptions;
       rec.completed = m_r.requests_completed;
       m_on_step(rec);
     }
-    return end;
   }
 
   /// Blocks of the first pool's full layers `s` fills alone (a shared prefix is counted once,
