@@ -458,8 +458,19 @@ std::vector<Scenario> instances(const SimulateArgs& args, const SimulateInputs& 
   for (const auto& request : capacity_requests(models, args.cache, deployment, args.engine,
                                                args.block_size, devices, {}, std::nullopt)) {
     CapacityResult capacity;
-    auto instance = instance_of(request, args, in, deployment.node_gpus(), capacity, warnings);
+    std::variant<SimConfig, std::string> instance;
+    std::optional<Error> error = attempt([&] {
+      instance = instance_of(request, args, in, deployment.node_gpus(), capacity, warnings);
+    });
     Scenario& base = out.emplace_back();
+    if (error) {
+      base.config.step.parallel = request.parallel;
+      base.model = request.model.name;
+      base.gpu = request.gpu.name;
+      base.engine = request.engine.engine;
+      base.error = std::move(error);
+      continue;
+    }
     base.config.step.parallel = capacity.parallel;
     base.model = request.model.name;
     base.gpu = capacity.gpu;
@@ -472,6 +483,28 @@ std::vector<Scenario> instances(const SimulateArgs& args, const SimulateInputs& 
     base.config = std::get<SimConfig>(instance);
   }
   return out;
+}
+
+Outcome outcome_of(const Scenario& s) {
+  if (s.error) {
+    return cli::outcome_of(*s.error);
+  }
+  return s.unfit.empty() ? Outcome::ok : Outcome::does_not_fit;
+}
+
+SweepOutcomes outcomes_of(const std::vector<Scenario>& scenarios) {
+  SweepOutcomes outcomes;
+  for (const Scenario& s : scenarios) {
+    if (s.error) {
+      outcomes.add(*s.error);
+    } else if (!s.unfit.empty()) {
+      outcomes.add(DoesNotFit(s.unfit));
+    } else {
+      outcomes.add(Outcome::ok);
+    }
+  }
+  outcomes.throw_if_none_ran();
+  return outcomes;
 }
 
 Record describe_workload(const SimulateArgs& args, const SimulateInputs& in) {
@@ -625,7 +658,7 @@ std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInpu
   std::vector<Scenario> bases = instances(args, in, models, warnings);
   Progress progress(err, bases.size() * in.rates.size());
   for (const Scenario& base : bases) {
-    if (!base.unfit.empty()) {
+    if (outcome_of(base) != Outcome::ok) {
       scenarios.push_back(base);
       continue;
     }
@@ -681,11 +714,14 @@ Record describe_scenario(const Scenario& s, bool trace) {
   r.value("gpus",
           Cell::count(c.step.parallel.gpus + (s.pools ? s.pools->prefill.step.parallel.gpus : 0)));
   r.value("tp", "tp", Cell::count(c.step.parallel.tp));
-  if (!s.unfit.empty()) {
+  if (Outcome outcome = outcome_of(s); outcome != Outcome::ok) {
     r.value("engine", Cell::text(std::string(engine_name(s.engine))));
     r.value("fits", Cell::flag(false));
-    r.value("reason", Cell::text(s.unfit));
-    r.value("requests_completed", Cell::empty().shown_as("does not fit"), k_tables_only);
+    r.value("reason", Cell::text(s.error ? s.error->what() : s.unfit));
+    r.value("status", status_cell(outcome));
+    r.value("requests_completed", "done",
+            Cell::empty().shown_as(outcome == Outcome::cannot_run ? "n/a" : "does not fit"),
+            k_tables_only);
     return r;
   }
   r.value("pp", Cell::count(c.step.parallel.pp));
@@ -695,6 +731,7 @@ Record describe_scenario(const Scenario& s, bool trace) {
   r.value("engine", Cell::text(std::string(engine_name(s.engine))));
   r.value("fits", Cell::flag(true));
   r.value("reason", Cell::empty());
+  r.value("status", status_cell(Outcome::ok));
   r.value("rate_per_s", "rate/s",
           s.rate ? Cell::number(*s.rate) : Cell::empty().shown_as(trace ? "trace" : "burst"));
   r.value("rates", Cell::text(c.step.rates.source));
@@ -816,6 +853,8 @@ std::vector<ColumnRef> csv_columns() {
   columns.push_back({"kv_occupancy.mean", "", "kv_occupancy_mean"});
   columns.push_back({"fragmentation"});
   columns.push_back({"concurrency.peak", "", "peak_running"});
+  columns.push_back({"status"});
+  columns.push_back({"reason"});
   return columns;
 }
 
@@ -899,7 +938,10 @@ void render_simulation(CommandOutput& out, const SimulateArgs& args, const Simul
     if (ran.size() == 1 && &s == ran.front()) {
       latency = latency_table(s, described);
     }
-    if (!s.unfit.empty()) {
+    if (s.error) {
+      out->note(table, s.model + " on " + s.gpu + ", tp " +
+                           group_digits(s.config.step.parallel.tp) + ": n/a: " + s.error->what());
+    } else if (!s.unfit.empty()) {
       out->note(table, s.unfit);
     }
     if (s.pools) {
@@ -938,14 +980,12 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
   }
   TimelineFile timeline(args.timeline);
   std::vector<Scenario> scenarios = run_scenarios(args, in, models, timeline, output.warnings, err);
+  SweepOutcomes outcomes = outcomes_of(scenarios);
   std::vector<const Scenario*> ran;
   for (const Scenario& s : scenarios) {
-    if (s.unfit.empty()) {
+    if (outcome_of(s) == Outcome::ok) {
       ran.push_back(&s);
     }
-  }
-  if (ran.empty()) {
-    throw DoesNotFit(scenarios.front().unfit);
   }
   timeline.close(err);
   if (!args.plot.empty()) {
@@ -954,7 +994,7 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
   }
   render_simulation(output, args, in, scenarios, ran);
   output.finish();
-  return static_cast<int>(ran.size() == scenarios.size() ? ExitCode::ok : ExitCode::does_not_fit);
+  return outcomes.exit_code();
 }
 
 /// The spelling an earlier kvcalc used for `flag`: refused with the one to use.

@@ -17,6 +17,7 @@
 #include <kvcalc/sim/workload.hpp>
 
 #include "command.hpp"
+#include "sweep.hpp"
 
 namespace kvcalc::cli {
 
@@ -86,13 +87,19 @@ struct Scenario {
   Engine engine = Engine::plain;
   std::optional<double> rate;    ///< synthetic workloads
   std::string unfit;             ///< why the model does not fit (then nothing was simulated)
+  std::optional<Error> error;    ///< why the combination cannot run (then nothing was simulated)
   u64 kv_pool_bytes_per_gpu = 0; ///< what a fraction of its pool stands for
   sim::SimResult result;
   std::string label; ///< for plots and timelines
 };
 
+/// Whether a scenario ran, did not fit or could not run (docs/cli.md, "Exit codes").
+Outcome outcome_of(const Scenario& s);
+/// The outcomes of `scenarios`: the command fails when none ran, else its exit code.
+SweepOutcomes outcomes_of(const std::vector<Scenario>& scenarios);
+
 /// Every model on every GPU and tp of the deployment as an instance, not yet run; where it does
-/// not fit, the reason.
+/// not fit, or cannot run at all, the reason.
 std::vector<Scenario> instances(const SimulateArgs& args, const SimulateInputs& in,
                                 const std::vector<Model>& models,
                                 std::vector<std::string>& warnings);

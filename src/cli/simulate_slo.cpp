@@ -280,12 +280,14 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   std::vector<Record> rows;
   std::vector<Record> runs;
   SloBest best;
-  bool all_fit = true;
+  SweepOutcomes outcomes = outcomes_of(bases);
   Progress progress(err, bases.size());
   for (const Scenario& base : bases) {
-    if (!base.unfit.empty()) {
-      all_fit = false;
-      out.warnings.push_back(base.unfit);
+    if (outcome_of(base) != Outcome::ok) {
+      out.warnings.push_back(base.error ? base.model + " on " + base.gpu + ", tp " +
+                                              std::to_string(base.config.step.parallel.tp) +
+                                              ": n/a: " + base.error->what()
+                                        : base.unfit);
       continue;
     }
     progress.step((q.search ? "searching " : "checking ") + base.model + " on " + base.gpu +
@@ -295,12 +297,9 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
     describe_slo_runs(base, found, q, in.trace, runs);
     consider(best, base, found, q);
   }
-  if (rows.empty()) {
-    throw DoesNotFit(bases.front().unfit);
-  }
   render_slo(out, args, in, q, describe_slo(q, std::move(rows), std::move(runs)), best);
   out.finish();
-  return static_cast<int>(all_fit ? ExitCode::ok : ExitCode::does_not_fit);
+  return outcomes.exit_code();
 }
 
 } // namespace kvcalc::cli
