@@ -539,10 +539,98 @@ void render_crossovers(CommandOutput& out, const std::vector<Crossover>& crossov
   }
 }
 
+/// --explain: the step's shape on one GPU, every width and weight the op formulas read
+/// (StepShape).
+std::vector<std::string> explain_shape(const StepShape& x, ByteUnits units) {
+  auto n = [](double v) { return fmt::format("{:g}", v); };
+  auto bytes = [&](double v) { return format_cell(Cell::byte_estimate(v), units); };
+  std::vector<std::string> out;
+  out.push_back(fmt::format(
+      "  on one GPU: {} layers ({} with a token mixer, {} dense MLP, {} MoE); attention split "
+      "over {} GPUs, attending {} of the copy's sequences; activations {} B an element",
+      x.layers.stage, n(x.layers.mixers), n(x.layers.dense), n(x.layers.moe),
+      n(x.split.attention_tp),
+      x.split.attention_share == 1 ? std::string("all") : "1/" + n(1 / x.split.attention_share),
+      n(x.activation_bytes)));
+  auto geometry = [&](const char* name, const AttentionGeometry& g) {
+    if (g.layers == 0) {
+      return;
+    }
+    std::string line =
+        fmt::format("  {}: {} layers, {} query heads and {} KV heads of {} (V {})", name,
+                    n(g.layers), n(g.heads), n(g.kv_heads), n(g.head_dim), n(g.v_head_dim));
+    if (g.w_qkv > 0) {
+      line += "; q/k/v projection " + bytes(g.w_qkv) + " a layer";
+    }
+    out.push_back(line + ", output projection " + bytes(g.w_o) + " a layer, math in " +
+                  std::string(dtype_name(x.math.attention)));
+  };
+  geometry("attention", x.main);
+  geometry("sliding attention", x.sliding);
+  static constexpr std::array<const char*, k_attention_kinds_priced> k_kind_names{"full", "sliding",
+                                                                                  "chunked"};
+  for (std::size_t i = 0; i < x.present_count; ++i) {
+    const AttentionKindShape& k = x.kinds[x.present[i]];
+    out.push_back(fmt::format("  {} layers: {} attend, {} store KV at {} a token a layer; a "
+                              "query attends {}",
+                              k_kind_names[x.present[i]], n(k.layers), n(k.stored),
+                              bytes(k.kv_rate),
+                              k.cap > 0 ? "at most " + n(k.cap) + " tokens" : "every token"));
+  }
+  if (x.mla_model) {
+    const StepShape::Mla& m = x.mla;
+    out.push_back(fmt::format(
+        "  MLA: query width {}; weights a layer: {}, kv_down {}, W_UK + W_UV {} ({})", n(m.q_out),
+        m.w_q > 0 ? "q_proj " + bytes(m.w_q)
+                  : "q_down " + bytes(m.w_q_down) + ", q_up " + bytes(m.w_q_up),
+        bytes(m.w_kv_down), bytes(m.w_absorb), dtype_name(x.math.absorb)));
+  }
+  if (x.indexer.layers > 0) {
+    out.push_back(fmt::format("  DSA indexer: {} layers, {} heads of {}, keys {} a token, "
+                              "weights {} a layer",
+                              n(x.indexer.layers), n(x.indexer.heads), n(x.indexer.head_dim),
+                              bytes(x.indexer.rate), bytes(x.indexer.weights)));
+  }
+  if (x.state.layers > 0) {
+    out.push_back(fmt::format("  state layers: {}, a sequence's state {} a layer ({} "
+                              "elements), projections {} a layer",
+                              n(x.state.layers), bytes(x.state.bytes), n(x.state.elements),
+                              bytes(x.state.weights)));
+  }
+  if (x.layers.dense > 0) {
+    out.push_back(
+        fmt::format("  dense MLP: width {}, {} a matrix", n(x.ffn.mlp_width), bytes(x.ffn.w_mlp)));
+  }
+  if (x.layers.moe > 0) {
+    std::string line = fmt::format(
+        "  experts: {} here of ep {}, each split over {} GPUs, {} a matrix, math in {}; the "
+        "group serves the tokens of {} {}",
+        n(x.split.experts_local), n(x.split.ep), n(x.split.expert_tp), bytes(x.ffn.w_expert),
+        dtype_name(x.math.expert), n(x.split.expert_copies),
+        x.split.expert_copies == 1 ? "copy" : "copies");
+    if (x.ffn.shared_width > 0) {
+      line += fmt::format("; shared experts width {}, {} a matrix", n(x.ffn.shared_width),
+                          bytes(x.ffn.w_shared));
+    }
+    if (x.split.all_to_all) {
+      line +=
+          fmt::format("; all-to-all: a token dispatched in {} B ({}), {} of its group's GPUs "
+                      "in one scale-up domain",
+                      n(x.ffn.dispatch_bytes), dtype_name(x.math.dispatch), x.split.expert_local);
+    }
+    out.push_back(line);
+  }
+  if (x.other.params > 0) {
+    out.push_back(fmt::format("  weights no formula places: {} parameters, {}", n(x.other.params),
+                              bytes(x.other.weights)));
+  }
+  return out;
+}
+
 /// --explain: each collective with the links it crosses, its bytes, α and β; the pipeline and
 /// the overlap.
 std::vector<std::string> explain_step(const Scenario& s, const kv::Deployment& dep,
-                                      ByteUnits units) {
+                                      const StepShape& shape, ByteUnits units) {
   const RooflineRequest& q = s.request;
   const RooflineResult& res = s.result;
   const Topology& links = q.rates.links;
@@ -577,6 +665,9 @@ std::vector<std::string> explain_step(const Scenario& s, const kv::Deployment& d
                 (links.domain ? group_digits(links.domain) + " GPUs per scale-up domain"
                               : "scale-up domain not stated") +
                 (links.out_bytes_per_s > 0 ? ", NIC " + rate(links.out_bytes_per_s) : ", no NIC"));
+  for (std::string& line : explain_shape(shape, units)) {
+    out.push_back(std::move(line));
+  }
   for (const Op& o : res.ops) {
     if (o.collective) {
       out.push_back("  " + std::string(o.name) + ": " + describe(*o.collective) + " each, × " +
@@ -692,7 +783,8 @@ int stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineInp
             describe_step(s, roofline->deployment(), out->format() == Format::json || op_tables);
         out->item(described);
         if (args.explain && out->for_people()) {
-          for (std::string& line : explain_step(s, roofline->deployment(), args.output.units)) {
+          for (std::string& line :
+               explain_step(s, roofline->deployment(), roofline->shape(), args.output.units)) {
             out->text_after(std::move(line));
           }
         }
@@ -829,8 +921,8 @@ Command setup_roofline(CLI::App& app) {
                       "the datasheet's");
   cmd->add_flag("--ops", args->ops, "Print the op table of every scenario")->group(k_group_output);
   cmd->add_flag("--explain", args->explain,
-                "Print each collective with its links, bytes, α and β, the pipeline and the "
-                "overlap")
+                "Print the step's shape on one GPU, each collective with its links, bytes, α and "
+                "β, the pipeline and the overlap")
       ->group(k_group_output);
   cmd->add_option("--plot", args->plot,
                   "Write an SVG: the roofline with every op, and for a batch sweep throughput and "

@@ -544,3 +544,59 @@ TEST_CASE("under pp an expert group spans the boards of its copies", "[roofline]
   rack.parallel.gpus = 144;
   CHECK(find_op(compute_roofline(rack), "moe.dispatch").collective->domains == 2);
 }
+
+// DeepSeek-V3 (config.json: 61 layers, first 3 dense, 128 heads, q_lora_rank 1536,
+// kv_lora_rank 512, qk_rope 64, qk_nope 128, v 128, 256 routed experts of 2048, one shared of
+// 2048, dense MLP 18432, hidden 7168; fp8 weights in 128 × 128 blocks with fp32 scales) on
+// 8 × H200 at tp 8 without expert parallel: every GPU holds a slice of every expert.
+TEST_CASE("a step's shape on one GPU: DeepSeek-V3 at tp 8, by hand", "[roofline][shape]") {
+  auto req = request("deepseek-v3", "h200", 1, 4096);
+  req.parallel.tp = 8;
+  req.parallel.gpus = 8;
+  StepShape x = step_shape(req);
+  CHECK(x.layers.stage == 61);
+  CHECK(x.layers.dense == 3);
+  CHECK(x.layers.moe == 58);
+  CHECK(x.main.heads == 16);      // 128 / 8
+  CHECK(x.mla.q_out == 16 * 192); // heads × (d_nope + d_R)
+  const AttentionKindShape& full = x.kinds[static_cast<std::size_t>(kv::CacheKind::full)];
+  CHECK(full.layers == 61);
+  CHECK(full.kv_rate == (512 + 64) * 2); // the latent and the rope key, bf16: 1,152 B
+  CHECK(x.present_count == 1);
+  // W_UK and W_UV of this GPU's 16 heads, bf16: 16 × 512 × (128 + 128) × 2 B.
+  CHECK(x.mla.w_absorb == 16.0 * 512 * 256 * 2);
+  // kv_a_proj_with_mqa: (512 + 64) × 7168 fp8 bytes, scales ⌈576/128⌉ × 56 × 4 B.
+  CHECK(x.mla.w_kv_down == 576.0 * 7168 + 5 * 56 * 4);
+  CHECK(x.ffn.mlp_width == 18432.0 / 8);
+  CHECK(x.ffn.shared_width == 2048.0 / 8);
+  // One routed expert's down_proj, whole: 2048 × 7168 fp8 bytes, scales 16 × 56 × 4 B.
+  CHECK(x.ffn.w_expert == 2048.0 * 7168 + 16 * 56 * 4);
+  CHECK(x.split.experts_local == 256);
+  CHECK(x.split.expert_tp == 8);
+  CHECK_FALSE(x.split.all_to_all);
+  CHECK(x.math.expert == DType::fp8_e4m3);
+  CHECK(x.math.absorb == DType::bf16);
+}
+
+TEST_CASE("a prepared deployment prices every step as compute_roofline does", "[roofline]") {
+  auto req = request("deepseek-v3", "h200", 1, 4096);
+  req.parallel.tp = 8;
+  req.parallel.gpus = 8;
+  Roofline roofline(req);
+  RooflineResult reused;
+  for (u64 batch : {1, 64}) {
+    for (u64 context : {1024, 131072}) {
+      req.batch = batch;
+      req.context = context;
+      RooflineResult alone = compute_roofline(req);
+      roofline.step(req, reused);
+      CHECK(reused.time_s == alone.time_s);
+      CHECK(reused.ops.size() == alone.ops.size());
+      CHECK(reused.dominant == alone.dominant);
+      CHECK(reused.flops == alone.flops);
+    }
+  }
+  // A step's own sizes are checked on a prepared deployment too.
+  req.batch = 0;
+  CHECK_THROWS_AS(roofline.step(req, reused), InputError);
+}
