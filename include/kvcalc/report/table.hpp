@@ -1,6 +1,6 @@
 #pragma once
-/// Neutral results: typed cells with a unit hint. Commands build these; the renderers are the
-/// only code that turns numbers into text for people (docs/ARCHITECTURE.md).
+/// Neutral results: typed cells with a unit hint. Commands build these, and the renderers here
+/// alone turn them into text (docs/ARCHITECTURE.md); notes and warnings format their own figures.
 
 #include <cstdint>
 #include <string>
