@@ -584,8 +584,8 @@ TEST_CASE("a prepared deployment prices every step as compute_roofline does", "[
   req.parallel.gpus = 8;
   Roofline roofline(req);
   RooflineResult reused;
-  for (u64 batch : {1, 64}) {
-    for (u64 context : {1024, 131072}) {
+  for (u64 batch : {u64{1}, u64{64}}) {
+    for (u64 context : {u64{1024}, u64{131072}}) {
       req.batch = batch;
       req.context = context;
       RooflineResult alone = compute_roofline(req);
