@@ -1,10 +1,9 @@
 // Device tests: run only where a CUDA GPU is visible; elsewhere the binary says so and exits
 // with 77, which CTest reports as skipped (never as passed).
 
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <iostream>
+
+#include "../unit/catch_session.hpp"
 
 #include <kvcalc/kernels/cuda/cuda_kernels.hpp>
 
@@ -13,5 +12,5 @@ int main(int argc, char* argv[]) {
     std::cout << "kvcalc device tests: no CUDA device visible; skipped\n";
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return run_catch_session(argc, argv);
 }

@@ -3,8 +3,9 @@
 // (a sanitizer's allocator, or a C library other than glibc) the binary says why and exits 77,
 // which CTest reports as skipped, never as passed.
 
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_session.hpp"
 
 #include <cstddef>
 #include <iostream>
@@ -43,7 +44,7 @@ int main(int argc, char* argv[]) {
     std::cout << "kvcalc freed-memory test: " << reason << "; skipped\n";
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return run_catch_session(argc, argv);
 }
 
 TEST_CASE("freed buffers are reused, not faulted in again", "[kernels][probes]") {
