@@ -16,7 +16,7 @@ namespace kvcalc::cli {
 namespace {
 
 /// The commands, in the order help lists them.
-using Setup = cli::Command (*)(CLI::App&);
+using Setup = cli::Command (*)(const cli::Options&);
 constexpr Setup k_setups[] = {cli::setup_footprint, cli::setup_compare,    cli::setup_capacity,
                               cli::setup_roofline,  cli::setup_simulate,   cli::setup_measure,
                               cli::setup_plan,      cli::setup_gpus,       cli::setup_models,
@@ -153,7 +153,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
              "config.json or snapshot folder, or a Hub repo id (Qwen/Qwen3-32B).");
   std::vector<cli::Command> commands;
   for (Setup setup : k_setups) {
-    commands.push_back(setup(app));
+    commands.push_back(setup(cli::Options(&app)));
     commands.back().app->allow_extras();
   }
   check_command_name(argc, argv, app);

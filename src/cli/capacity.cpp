@@ -468,40 +468,39 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
 
 } // namespace
 
-Command setup_capacity(CLI::App& app) {
+Command setup_capacity(const Options& app) {
   auto args = std::make_shared<CapacityArgs>();
-  CLI::App* cmd = app.add_subcommand(
+  Options cmd = app.subcommand(
       "capacity", "Sequences that fit per GPU and deployment, with engine-exact budgets");
-  cmd->add_option("models", args->models, k_models_help)->type_name("MODEL")->required();
+  cmd.option("models", args->models, k_models_help).type_name("MODEL").required();
   add_counts(cmd, "--context", args->contexts,
              "Context lengths in tokens, comma-separated: 4096, 4k, 128k, 1M [default: "
              "4k,32k,128k]")
-      ->type_name("TOKENS,...")
-      ->group(k_group_model);
+      .type_name("TOKENS,...")
+      .group(k_group_model);
   add_count(cmd, "--max-context-at", args->max_context_at,
             "Also find the longest context at which this many sequences fit")
-      ->group(k_group_model);
+      .group(k_group_model);
   add_cache_options(cmd, args->cache);
   add_parallel_options(cmd, args->parallel, ParallelScope::deployment, true);
   add_engine_options(cmd, args->engine);
   add_count(cmd, "--block-size", args->block_size,
             "Page size in tokens [default: vLLM 16 (MLA 64 on Hopper, 128 on Blackwell), "
             "TensorRT-LLM 32, SGLang 1, plain none]")
-      ->type_name("TOKENS")
-      ->group(k_group_engine);
+      .type_name("TOKENS")
+      .group(k_group_engine);
   add_ceiling_options(cmd, args->ceilings,
                       "Measured ceilings (kvcalc measure --profile): adds the decode step time "
                       "and tokens/s with every sequence that fits running "
                       "(docs/device-profile.md)");
-  cmd->add_flag("--explain", args->explain, "Print the budget, step by step")
-      ->group(k_group_output);
-  cmd->add_option("--plot", args->plot,
-                  "Write an SVG of the sequences that fit against context, one line per model, "
-                  "GPU and tp")
-      ->type_name("FILE.svg")
-      ->group(k_group_output);
+  cmd.flag("--explain", args->explain, "Print the budget, step by step").group(k_group_output);
+  cmd.option("--plot", args->plot,
+             "Write an SVG of the sequences that fit against context, one line per model, "
+             "GPU and tp")
+      .type_name("FILE.svg")
+      .group(k_group_output);
   add_output_options(cmd, args->output, ScaledBytes::yes);
-  return {cmd,
+  return {cmd.app(),
           [args](std::ostream& out, std::ostream& err) { return run_capacity(*args, out, err); }};
 }
 

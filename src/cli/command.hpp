@@ -26,19 +26,19 @@ struct Command {
   std::function<int(std::ostream& out, std::ostream& err)> run;
 };
 
-Command setup_footprint(CLI::App& app);
-Command setup_compare(CLI::App& app);
-Command setup_capacity(CLI::App& app);
-Command setup_roofline(CLI::App& app);
-Command setup_simulate(CLI::App& app);
-Command setup_measure(CLI::App& app);
-Command setup_plan(CLI::App& app);
-Command setup_gpus(CLI::App& app);
-Command setup_models(CLI::App& app);
-Command setup_import(CLI::App& app);
+Command setup_footprint(const Options& app);
+Command setup_compare(const Options& app);
+Command setup_capacity(const Options& app);
+Command setup_roofline(const Options& app);
+Command setup_simulate(const Options& app);
+Command setup_measure(const Options& app);
+Command setup_plan(const Options& app);
+Command setup_gpus(const Options& app);
+Command setup_models(const Options& app);
+Command setup_import(const Options& app);
 /// `completion` and `man`: documents generated from `app` itself.
-Command setup_completion(CLI::App& app);
-Command setup_man(CLI::App& app);
+Command setup_completion(const Options& app);
+Command setup_man(const Options& app);
 
 /// Where a command's result goes, as `options` ask: the document (report::Output) written to
 /// `out` or to the -o file as it grows, and the warnings for people, said on `err` when it ends

@@ -112,21 +112,21 @@ int run_compare(const CompareArgs& args, std::ostream& out, std::ostream& err) {
 
 } // namespace
 
-Command setup_compare(CLI::App& app) {
+Command setup_compare(const Options& app) {
   auto args = std::make_shared<CompareArgs>();
-  CLI::App* cmd = app.add_subcommand(
+  Options cmd = app.subcommand(
       "compare", "Models side by side: KV per token and per layer, ratio to a baseline");
-  cmd->add_option("models", args->models, k_models_help)->type_name("MODEL")->required();
-  cmd->add_option("--baseline", args->baseline,
-                  "The model ratios are taken against [default: the first]")
-      ->type_name("MODEL")
-      ->group(k_group_model);
+  cmd.option("models", args->models, k_models_help).type_name("MODEL").required();
+  cmd.option("--baseline", args->baseline,
+             "The model ratios are taken against [default: the first]")
+      .type_name("MODEL")
+      .group(k_group_model);
   add_footprint_options(cmd, args->contexts, args->cache, args->block_size);
   add_parallel_options(cmd, args->parallel, ParallelScope::deployment, false);
   add_engine_options(cmd, args->engine);
   add_explain_option(cmd, args->explain);
   add_output_options(cmd, args->output, ScaledBytes::yes);
-  return {cmd,
+  return {cmd.app(),
           [args](std::ostream& out, std::ostream& err) { return run_compare(*args, out, err); }};
 }
 

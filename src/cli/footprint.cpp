@@ -42,16 +42,16 @@ int run_footprint(const FootprintArgs& args, std::ostream& out, std::ostream& er
 
 } // namespace
 
-Command setup_footprint(CLI::App& app) {
+Command setup_footprint(const Options& app) {
   auto args = std::make_shared<FootprintArgs>();
-  CLI::App* cmd =
-      app.add_subcommand("footprint", "KV bytes per token, per layer kind and at each context "
-                                      "length");
-  cmd->add_option("model", args->models, k_models_help)->type_name("MODEL")->required();
+  Options cmd =
+      app.subcommand("footprint", "KV bytes per token, per layer kind and at each context "
+                                  "length");
+  cmd.option("model", args->models, k_models_help).type_name("MODEL").required();
   add_footprint_options(cmd, args->contexts, args->cache, args->block_size);
   add_explain_option(cmd, args->explain);
   add_output_options(cmd, args->output, ScaledBytes::yes);
-  return {cmd,
+  return {cmd.app(),
           [args](std::ostream& out, std::ostream& err) { return run_footprint(*args, out, err); }};
 }
 

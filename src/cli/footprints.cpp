@@ -330,24 +330,24 @@ void explain_lines(const Entry& e, Output& out) {
   }
 }
 
-void add_footprint_options(CLI::App* cmd, std::vector<u64>& contexts, CacheRequest& cache,
+void add_footprint_options(const Options& cmd, std::vector<u64>& contexts, CacheRequest& cache,
                            std::optional<u64>& block_size) {
   add_counts(cmd, "--context", contexts,
              "Context lengths in tokens, comma-separated: 4096, 4k (= 4,096), 128k (= 131,072), "
              "1M (= 1,048,576) [default: 4k,32k,128k]")
-      ->type_name("TOKENS,...")
-      ->group(k_group_model);
+      .type_name("TOKENS,...")
+      .group(k_group_model);
   add_cache_options(cmd, cache);
   add_count(cmd, "--block-size", block_size,
             "Page size in tokens: round each layer's tokens up to whole blocks and report the "
             "waste [default: no paging]")
-      ->type_name("TOKENS")
-      ->group(k_group_model);
+      .type_name("TOKENS")
+      .group(k_group_model);
 }
 
-void add_explain_option(CLI::App* cmd, bool& explain) {
-  cmd->add_flag("--explain", explain, "Print the derivation of every number, term by term")
-      ->group(k_group_output);
+void add_explain_option(const Options& cmd, bool& explain) {
+  cmd.flag("--explain", explain, "Print the derivation of every number, term by term")
+      .group(k_group_output);
 }
 
 } // namespace kvcalc::cli

@@ -24,10 +24,10 @@ std::vector<Entry> footprint_entries(const std::vector<std::string>& specs,
                                      const FootprintOptions& options,
                                      std::vector<std::string>& warnings);
 /// The options `footprint` and `compare` share: the contexts, the cache, paging.
-void add_footprint_options(CLI::App* cmd, std::vector<u64>& contexts, CacheRequest& cache,
+void add_footprint_options(const Options& cmd, std::vector<u64>& contexts, CacheRequest& cache,
                            std::optional<u64>& block_size);
 /// --explain, the first of their output options.
-void add_explain_option(CLI::App* cmd, bool& explain);
+void add_explain_option(const Options& cmd, bool& explain);
 /// One model's description: its cache, layer groups and contexts; ratios to `base` when given;
 /// its capacity (compare --gpu); the derivation with `explain`. The JSON is its record's, the
 /// tables and the CSV are views of it.

@@ -526,7 +526,8 @@ int print_or_write(const std::string& text, const std::string& file, std::ostrea
 
 } // namespace
 
-Command setup_completion(CLI::App& app) {
+Command setup_completion(const Options& root) {
+  CLI::App& app = *root.app();
   auto file = std::make_shared<std::string>();
   auto shell = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand(
@@ -545,7 +546,8 @@ Command setup_completion(CLI::App& app) {
           }};
 }
 
-Command setup_man(CLI::App& app) {
+Command setup_man(const Options& root) {
+  CLI::App& app = *root.app();
   auto file = std::make_shared<std::string>();
   auto markdown = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(

@@ -105,14 +105,15 @@ int run_gpus(const GpusArgs& args, std::ostream& out, std::ostream& err) {
 
 } // namespace
 
-Command setup_gpus(CLI::App& app) {
+Command setup_gpus(const Options& app) {
   auto args = std::make_shared<GpusArgs>();
-  CLI::App* cmd = app.add_subcommand("gpus", "List the GPU catalog");
-  cmd->add_option("--gpu-file", args->gpu_file, "Add the GPUs of your own catalog YAML")
-      ->type_name("FILE")
-      ->group(k_group_deployment);
+  Options cmd = app.subcommand("gpus", "List the GPU catalog");
+  cmd.option("--gpu-file", args->gpu_file, "Add the GPUs of your own catalog YAML")
+      .type_name("FILE")
+      .group(k_group_deployment);
   add_output_options(cmd, args->output, ScaledBytes::yes);
-  return {cmd, [args](std::ostream& out, std::ostream& err) { return run_gpus(*args, out, err); }};
+  return {cmd.app(),
+          [args](std::ostream& out, std::ostream& err) { return run_gpus(*args, out, err); }};
 }
 
 } // namespace kvcalc::cli

@@ -47,20 +47,20 @@ int run_import(const ImportArgs& args, std::ostream& out, std::ostream& err) {
 
 } // namespace
 
-Command setup_import(CLI::App& app) {
+Command setup_import(const Options& app) {
   auto args = std::make_shared<ImportArgs>();
-  CLI::App* cmd =
-      app.add_subcommand("import", "Convert a HuggingFace config.json into a kvcalc model YAML");
-  cmd->add_option("config", args->config, "Path to config.json")->type_name("CONFIG")->required();
-  cmd->add_option("--name", args->name,
-                  "Registry name to give the model [default: from _name_or_path or the file's "
-                  "folder]")
-      ->type_name("NAME")
-      ->group(k_group_model);
-  cmd->add_option("-o,--output", args->file, "Write the YAML to FILE instead of stdout")
-      ->type_name("FILE")
-      ->group(k_group_output);
-  return {cmd,
+  Options cmd =
+      app.subcommand("import", "Convert a HuggingFace config.json into a kvcalc model YAML");
+  cmd.option("config", args->config, "Path to config.json").type_name("CONFIG").required();
+  cmd.option("--name", args->name,
+             "Registry name to give the model [default: from _name_or_path or the file's "
+             "folder]")
+      .type_name("NAME")
+      .group(k_group_model);
+  cmd.option("-o,--output", args->file, "Write the YAML to FILE instead of stdout")
+      .type_name("FILE")
+      .group(k_group_output);
+  return {cmd.app(),
           [args](std::ostream& out, std::ostream& err) { return run_import(*args, out, err); }};
 }
 

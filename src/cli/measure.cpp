@@ -319,55 +319,54 @@ int run_measure_command(const MeasureArgs& args, std::ostream& out, std::ostream
 
 } // namespace
 
-Command setup_measure(CLI::App& app) {
+Command setup_measure(const Options& app) {
   auto args = std::make_shared<MeasureArgs>();
-  CLI::App* cmd = app.add_subcommand(
+  Options cmd = app.subcommand(
       "measure", "Measure this machine: bandwidth and compute probes, MLA decode both ways");
-  cmd->add_option("--backend", args->backend,
-                  "auto (cuda when a GPU is present, else cpu), cpu, cuda, or fake (fixed "
-                  "figures, for tests) [default: auto]")
-      ->check(CLI::Validator(
-          [](std::string& name) {
-            static const std::vector<std::string> backends{"auto", "cpu", "cuda", "fake"};
-            return std::find(backends.begin(), backends.end(), name) != backends.end()
-                       ? std::string()
-                       : "unknown backend '" + name + "'" + did_you_mean(name, backends) +
-                             " (one of: auto, cpu, cuda, fake)";
-          },
-          "{auto,cpu,cuda,fake}"))
-      ->group(k_group_ceilings);
-  cmd->add_option("--heads", args->heads,
-                  "Query heads of the MLA kernels, comma-separated [default: cpu 1,16 (--quick "
-                  "1,8); cuda 16,128 (--quick 16)]")
-      ->type_name("N,...")
-      ->group(k_group_workload);
-  cmd->add_option("--batch", args->batch,
-                  "Sequences [default: cpu 4 (--quick 2); cuda 128 (--quick 32)]")
-      ->type_name("N,...")
-      ->group(k_group_workload);
-  cmd->add_option("--context", args->context,
-                  "Cached tokens [default: cpu 2k (--quick 1k); cuda 4k (--quick 2k)]")
-      ->type_name("TOKENS,...")
-      ->group(k_group_workload);
+  cmd.option("--backend", args->backend,
+             "auto (cuda when a GPU is present, else cpu), cpu, cuda, or fake (fixed "
+             "figures, for tests) [default: auto]")
+      .check(Choice{[](std::string& name) {
+                      static const std::vector<std::string> backends{"auto", "cpu", "cuda", "fake"};
+                      return std::find(backends.begin(), backends.end(), name) != backends.end()
+                                 ? std::string()
+                                 : "unknown backend '" + name + "'" + did_you_mean(name, backends) +
+                                       " (one of: auto, cpu, cuda, fake)";
+                    },
+                    "{auto,cpu,cuda,fake}"})
+      .group(k_group_ceilings);
+  cmd.option("--heads", args->heads,
+             "Query heads of the MLA kernels, comma-separated [default: cpu 1,16 (--quick "
+             "1,8); cuda 16,128 (--quick 16)]")
+      .type_name("N,...")
+      .group(k_group_workload);
+  cmd.option("--batch", args->batch,
+             "Sequences [default: cpu 4 (--quick 2); cuda 128 (--quick 32)]")
+      .type_name("N,...")
+      .group(k_group_workload);
+  cmd.option("--context", args->context,
+             "Cached tokens [default: cpu 2k (--quick 1k); cuda 4k (--quick 2k)]")
+      .type_name("TOKENS,...")
+      .group(k_group_workload);
   add_count(cmd, "--query", args->query, "New tokens per sequence (s) [default: 1]")
-      ->type_name("TOKENS")
-      ->group(k_group_workload);
-  cmd->add_flag("--quick", args->quick, "Smaller probes and kernels: a few seconds")
-      ->group(k_group_workload);
-  cmd->add_option("--profile", args->profile,
-                  "Write the device profile YAML to FILE (what --device-profile reads)")
-      ->type_name("FILE")
-      ->group(k_group_output);
-  cmd->add_option_function<std::string>(
+      .type_name("TOKENS")
+      .group(k_group_workload);
+  cmd.flag("--quick", args->quick, "Smaller probes and kernels: a few seconds")
+      .group(k_group_workload);
+  cmd.option("--profile", args->profile,
+             "Write the device profile YAML to FILE (what --device-profile reads)")
+      .type_name("FILE")
+      .group(k_group_output);
+  cmd.text(
          "--out",
          [](const std::string&) {
            throw InputError("--out is now --profile FILE (the device profile); -o/--output is "
                             "where the report goes");
          },
          "")
-      ->group("");
+      .group("");
   add_output_options(cmd, args->output, ScaledBytes::no);
-  return {cmd, [args](std::ostream& out, std::ostream& err) {
+  return {cmd.app(), [args](std::ostream& out, std::ostream& err) {
             return run_measure_command(*args, out, err);
           }};
 }

@@ -79,11 +79,11 @@ int run_models(const ModelsArgs& args, std::ostream& out, std::ostream& err) {
 
 } // namespace
 
-Command setup_models(CLI::App& app) {
+Command setup_models(const Options& app) {
   auto args = std::make_shared<ModelsArgs>();
-  CLI::App* cmd = app.add_subcommand("models", "List the bundled models, one line each");
+  Options cmd = app.subcommand("models", "List the bundled models, one line each");
   add_output_options(cmd, args->output, ScaledBytes::no);
-  return {cmd,
+  return {cmd.app(),
           [args](std::ostream& out, std::ostream& err) { return run_models(*args, out, err); }};
 }
 

@@ -1,13 +1,15 @@
 #pragma once
 // The option groups commands share, typed as the command line is read: a command's file adds
 // the groups it reads, with its own defaults, and help shows each group under its heading.
+// Commands declare options through Options and OptionRef: only options.cpp, app.cpp and
+// generated_docs.cpp include CLI11, a header-only library that costs each file including it
+// seconds to compile.
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include <kvcalc/core/names.hpp>
 #include <kvcalc/core/units.hpp>
@@ -16,6 +18,11 @@
 #include <kvcalc/report/output.hpp>
 #include <kvcalc/report/table.hpp>
 #include <kvcalc/roofline/roofline.hpp>
+
+namespace CLI {
+class App;
+class Option;
+} // namespace CLI
 
 namespace kvcalc::cli {
 
@@ -43,52 +50,106 @@ inline constexpr NameTable<ByteUnits, 2> k_byte_units{
 /// The first long spelling of an option's flags ("-o,--output" → "--output"), for messages.
 [[nodiscard]] std::string flag_name(const std::string& flags);
 
+/// The values an option accepts: `check(text)` says why one is refused ("" when it is
+/// accepted); `names` is what help, the man page and completion list ("{a,b,c}").
+struct Choice {
+  std::function<std::string(std::string&)> check;
+  std::string names;
+};
+
+/// One option of a command, as its file declares it.
+class OptionRef {
+public:
+  explicit OptionRef(CLI::Option* option) : m_option(option) {}
+  /// Listed under `heading` in help ("" hides it).
+  OptionRef group(const std::string& heading) const;
+  /// The value's placeholder in help ("TOKENS,...").
+  OptionRef type_name(const std::string& name) const;
+  OptionRef required() const;
+  OptionRef description(const std::string& help) const;
+  /// Splits one value into several at `separator`.
+  OptionRef delimiter(char separator) const;
+  /// Calls `each` with every value given.
+  OptionRef each(std::function<void(const std::string&)> each) const;
+  OptionRef check(const Choice& choice) const;
+  [[nodiscard]] CLI::Option* get() const { return m_option; }
+
+private:
+  CLI::Option* m_option;
+};
+
+/// A command's options, as its file declares them.
+class Options {
+public:
+  explicit Options(CLI::App* app) : m_app(app) {}
+  /// A subcommand of this one, with its one-line help.
+  [[nodiscard]] Options subcommand(const std::string& name, const std::string& help) const;
+  /// An option (or positional) whose text is kept as given.
+  OptionRef option(const std::string& flags, std::string& target, const std::string& help) const;
+  OptionRef option(const std::string& flags, std::vector<std::string>& target,
+                   const std::string& help) const;
+  OptionRef flag(const std::string& flags, bool& target, const std::string& help) const;
+  /// An option whose text `apply` takes when the command line is read.
+  OptionRef text(const std::string& flags, std::function<void(const std::string&)> apply,
+                 const std::string& help) const;
+  /// An option of several values (a list) that `apply` takes.
+  OptionRef texts(const std::string& flags,
+                  std::function<void(const std::vector<std::string>&)> apply,
+                  const std::string& help) const;
+  /// The option `flags` declared before (by a shared group), to change its help.
+  [[nodiscard]] OptionRef find(const std::string& flags) const;
+  /// A line under the command's help.
+  void footer(const std::string& text) const;
+  [[nodiscard]] CLI::App* app() const { return m_app; }
+
+private:
+  CLI::App* m_app;
+};
+
 /// An option whose text `parse(text, flag)` turns into `target` when the command line is read;
 /// `parse` throws an InputError that names the flag.
 template <class T, class Parse>
-CLI::Option* add_parsed(CLI::App* cmd, const std::string& flags, T& target, Parse parse,
-                        const std::string& help) {
+OptionRef add_parsed(const Options& cmd, const std::string& flags, T& target, Parse parse,
+                     const std::string& help) {
   std::string flag = flag_name(flags);
-  return cmd->add_option_function<std::string>(
+  return cmd.text(
       flags, [&target, parse, flag](const std::string& text) { target = parse(text, flag); }, help);
 }
 
-/// The validator of a choice: the names of `table` in any case, with a did-you-mean for others;
-/// its description "{a,b,c}" is what help, the man page and completion list.
-template <class E, std::size_t N> CLI::Validator choice_of(const NameTable<E, N>& table) {
+/// The values of a choice: the names of `table` in any case, with a did-you-mean for others.
+template <class E, std::size_t N> Choice choice_of(const NameTable<E, N>& table) {
   std::string names;
   for (const auto& n : table.names()) {
     names += (names.empty() ? "" : ",") + n;
   }
-  return CLI::Validator(
-      [&table](std::string& text) {
-        return table.find_any_case(text) ? std::string() : table.unknown(text);
-      },
-      "{" + names + "}");
+  return {[&table](std::string& text) {
+            return table.find_any_case(text) ? std::string() : table.unknown(text);
+          },
+          "{" + names + "}"};
 }
 
 /// An option naming one value of `table`; help says the default, the current `target`.
 template <class E, std::size_t N>
-CLI::Option* add_choice(CLI::App* cmd, const std::string& flags, E& target,
-                        const NameTable<E, N>& table, const std::string& help) {
+OptionRef add_choice(const Options& cmd, const std::string& flags, E& target,
+                     const NameTable<E, N>& table, const std::string& help) {
   std::string text = help + " [default: " + std::string(table.name(target)) + "]";
   return cmd
-      ->add_option_function<std::string>(
+      .text(
           flags, [&target, &table](const std::string& s) { target = *table.find_any_case(s); },
           text)
-      ->check(choice_of(table));
+      .check(choice_of(table));
 }
 
 /// A comma-separated list of values of `table` ("absorbed,naive").
 template <class E, std::size_t N>
-CLI::Option* add_choice_list(CLI::App* cmd, const std::string& flags, std::vector<E>& target,
-                             const NameTable<E, N>& table, const std::string& help) {
+OptionRef add_choice_list(const Options& cmd, const std::string& flags, std::vector<E>& target,
+                          const NameTable<E, N>& table, const std::string& help) {
   std::string defaults;
   for (E e : target) {
     defaults += (defaults.empty() ? "" : ",") + std::string(table.name(e));
   }
   return cmd
-      ->add_option_function<std::vector<std::string>>(
+      .texts(
           flags,
           [&target, &table](const std::vector<std::string>& items) {
             target.clear();
@@ -97,8 +158,8 @@ CLI::Option* add_choice_list(CLI::App* cmd, const std::string& flags, std::vecto
             }
           },
           help + " [default: " + defaults + "]")
-      ->delimiter(',')
-      ->check(choice_of(table));
+      .delimiter(',')
+      .check(choice_of(table));
 }
 
 /// Where a command's ceilings come from: a profile file, or this machine measured now (and
@@ -111,7 +172,7 @@ struct CeilingOptions {
 
 /// --device-profile (`profile_help` says what the command does with it), --measure and
 /// --save-profile.
-void add_ceiling_options(CLI::App* cmd, CeilingOptions& c, const std::string& profile_help);
+void add_ceiling_options(const Options& cmd, CeilingOptions& c, const std::string& profile_help);
 
 /// A --plot FILE: kvcalc draws SVG, so a name ending in another image type is refused rather
 /// than written as SVG under a misleading name.
@@ -121,14 +182,14 @@ void check_plot_path(const std::string& path);
 [[nodiscard]] std::optional<DType> dtype_option(const std::string& text, const std::string& flag);
 
 /// A token count ("4k"), a list of them, a byte size ("3.81GiB"), a fraction in [0, 1].
-CLI::Option* add_count(CLI::App* cmd, const std::string& flags, u64& target,
-                       const std::string& help);
-CLI::Option* add_count(CLI::App* cmd, const std::string& flags, std::optional<u64>& target,
-                       const std::string& help);
-CLI::Option* add_counts(CLI::App* cmd, const std::string& flags, std::vector<u64>& target,
-                        const std::string& help);
-CLI::Option* add_bytes(CLI::App* cmd, const std::string& flags, std::optional<u64>& target,
-                       const std::string& help);
+OptionRef add_count(const Options& cmd, const std::string& flags, u64& target,
+                    const std::string& help);
+OptionRef add_count(const Options& cmd, const std::string& flags, std::optional<u64>& target,
+                    const std::string& help);
+OptionRef add_counts(const Options& cmd, const std::string& flags, std::vector<u64>& target,
+                     const std::string& help);
+OptionRef add_bytes(const Options& cmd, const std::string& flags, std::optional<u64>& target,
+                    const std::string& help);
 
 /// Where a command's result goes and how it looks.
 struct OutputOptions {
@@ -138,10 +199,10 @@ struct OutputOptions {
 };
 /// Whether a command's tables show bytes scaled for people, which --units chooses.
 enum class ScaledBytes { no, yes };
-void add_output_options(CLI::App* cmd, OutputOptions& o, ScaledBytes scaled);
+void add_output_options(const Options& cmd, OutputOptions& o, ScaledBytes scaled);
 
 /// The cache format asked for: dtype and scales, MLA layout, recurrent state dtypes.
-void add_cache_options(CLI::App* cmd, CacheRequest& c);
+void add_cache_options(const Options& cmd, CacheRequest& c);
 
 /// GPUs and how a model is split over them.
 struct ParallelOptions {
@@ -196,11 +257,13 @@ void check_sweep(std::initializer_list<SweepAxis> axes);
 enum class ParallelScope { step, deployment };
 
 /// `measured`: the command takes a --device-profile, so `--gpu auto` (its device) applies.
-void add_parallel_options(CLI::App* cmd, ParallelOptions& p, ParallelScope scope, bool measured);
+void add_parallel_options(const Options& cmd, ParallelOptions& p, ParallelScope scope,
+                          bool measured);
 
 /// How a step is priced beyond its ops: overlap of communication and the busiest GPU's share of
 /// the experts' pairs (`imbalance` as typed, parsed by the command).
-void add_step_pricing_options(CLI::App* cmd, roofline::Overlap& overlap, std::string& imbalance);
+void add_step_pricing_options(const Options& cmd, roofline::Overlap& overlap,
+                              std::string& imbalance);
 
 /// The engine whose budget rules apply and its knobs.
 struct EngineOptions {
@@ -214,7 +277,7 @@ struct EngineOptions {
     return e;
   }
 };
-void add_engine_options(CLI::App* cmd, EngineOptions& e);
+void add_engine_options(const Options& cmd, EngineOptions& e);
 /// The engine settings, refusing a knob of another engine or knobs that contradict each other.
 [[nodiscard]] EngineSettings engine_settings(const EngineOptions& e, std::optional<u64> block_size);
 

@@ -176,25 +176,24 @@ int run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err) {
 
 } // namespace
 
-Command setup_plan(CLI::App& app) {
+Command setup_plan(const Options& app) {
   auto args = std::make_shared<PlanArgs>();
-  CLI::App* cmd = app.add_subcommand(
+  Options cmd = app.subcommand(
       "plan", "Check a capacity plan's requirements; exit 3 when any fails (for CI)");
-  cmd->add_option("file", args->file, "Plan YAML (docs/capacity-plans.md)")
-      ->type_name("PLAN")
-      ->required();
-  cmd->add_option("--report", args->report,
-                  "Append a Markdown report to FILE (a CI job summary, e.g. "
-                  "$GITHUB_STEP_SUMMARY)")
-      ->type_name("FILE")
-      ->group(k_group_output);
-  cmd->add_option_function<std::string>(
+  cmd.option("file", args->file, "Plan YAML (docs/capacity-plans.md)").type_name("PLAN").required();
+  cmd.option("--report", args->report,
+             "Append a Markdown report to FILE (a CI job summary, e.g. "
+             "$GITHUB_STEP_SUMMARY)")
+      .type_name("FILE")
+      .group(k_group_output);
+  cmd.text(
          "--json",
          [](const std::string&) { throw InputError("--json FILE is now --format json -o FILE"); },
          "")
-      ->group("");
+      .group("");
   add_output_options(cmd, args->output, ScaledBytes::no);
-  return {cmd, [args](std::ostream& out, std::ostream& err) { return run_plan(*args, out, err); }};
+  return {cmd.app(),
+          [args](std::ostream& out, std::ostream& err) { return run_plan(*args, out, err); }};
 }
 
 } // namespace kvcalc::cli

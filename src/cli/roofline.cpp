@@ -835,102 +835,102 @@ int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err)
 
 } // namespace
 
-Command setup_roofline(CLI::App& app) {
+Command setup_roofline(const Options& app) {
   auto args = std::make_shared<RooflineArgs>();
-  CLI::App* cmd = app.add_subcommand(
+  Options cmd = app.subcommand(
       "roofline",
       "One prefill or decode step, op by op, on a GPU's roofline (MLA absorbed vs naive)");
-  cmd->add_option("models", args->models, k_models_help)->type_name("MODEL")->required();
+  cmd.option("models", args->models, k_models_help).type_name("MODEL").required();
   add_parsed(cmd, "--batch", args->batches, parse_batches,
              "Sequences per step: a list (1,16,128) or a range of powers of two (1-256) "
              "[default: 1]")
-      ->type_name("N,...|A-B")
-      ->group(k_group_workload);
+      .type_name("N,...|A-B")
+      .group(k_group_workload);
   add_counts(cmd, "--context", args->contexts,
              "Tokens: in the cache (decode), the prompt (prefill), the cached prefix (extend); a "
              "list sweeps [default: 4k]")
-      ->type_name("TOKENS,...")
-      ->group(k_group_workload);
+      .type_name("TOKENS,...")
+      .group(k_group_workload);
   add_parsed(
       cmd, "--prompt", args->prompt,
       [](const std::string& text, const std::string& flag) {
         return std::optional<std::vector<u64>>(parse_count_list(text, flag));
       },
       "Prefill: the prompt length (= --context)")
-      ->type_name("TOKENS,...")
-      ->group(k_group_workload);
+      .type_name("TOKENS,...")
+      .group(k_group_workload);
   add_choice(cmd, "--phase", args->phase, k_phases,
              "decode (s new tokens per request), prefill (a prompt, no prefix) or extend (a "
              "chunk of s tokens over a cached prefix)")
-      ->group(k_group_workload);
+      .group(k_group_workload);
   add_count(cmd, "--query", args->query,
             "s: decode tokens per request per step (2+ for MTP/speculative), or the extend "
             "chunk [default: 1]")
-      ->type_name("TOKENS")
-      ->group(k_group_workload);
+      .type_name("TOKENS")
+      .group(k_group_workload);
   add_choice_list(cmd, "--mla", args->mla, k_mla_modes,
                   "MLA mode: absorbed, naive, auto (absorbed for chunks of ≤ 128 tokens, naive "
                   "for prefill); a comma-separated list compares")
-      ->each([args](const std::string&) { args->mla_given = true; })
-      ->group(k_group_workload);
+      .each([args](const std::string&) { args->mla_given = true; })
+      .group(k_group_workload);
   add_choice(cmd, "--naive-kv", args->naive_kv, k_naive_kv,
              "Naive MLA: fused (decompressed K/V stay on chip) or materialized (written and read "
              "back)")
-      ->group(k_group_workload);
+      .group(k_group_workload);
   add_parsed(
       cmd, "--batch-per-gpu", args->batches_per_gpu,
       [](const std::string& text, const std::string& flag) {
         return std::optional<std::vector<u64>>(parse_batches(text, flag));
       },
       "Sequences per GPU instead of --batch: batch = this × tp (a list or range sweeps)")
-      ->type_name("N,...|A-B")
-      ->group(k_group_workload);
+      .type_name("N,...|A-B")
+      .group(k_group_workload);
   add_count(cmd, "--mtp", args->mtp,
             "Decode with the model's MTP module drafting N tokens per step; the step verifies "
             "1 + N [default: 0]")
-      ->type_name("N")
-      ->group(k_group_workload);
-  cmd->add_option("--accept", args->accept,
-                  "MTP: each drafted token's chance to be kept, given the one before was "
-                  "[default: 1]")
-      ->type_name("P")
-      ->group(k_group_workload);
-  cmd->add_flag("--mla-crossover", args->mla_crossover,
-                "Report where absorbed MLA stops paying: the FLOP and the time crossover in chunk "
-                "length over each --context prefix")
-      ->group(k_group_workload);
+      .type_name("N")
+      .group(k_group_workload);
+  cmd.option("--accept", args->accept,
+             "MTP: each drafted token's chance to be kept, given the one before was "
+             "[default: 1]")
+      .type_name("P")
+      .group(k_group_workload);
+  cmd.flag("--mla-crossover", args->mla_crossover,
+           "Report where absorbed MLA stops paying: the FLOP and the time crossover in chunk "
+           "length over each --context prefix")
+      .group(k_group_workload);
   add_cache_options(cmd, args->cache);
   add_parallel_options(cmd, args->parallel, ParallelScope::step, true);
-  cmd->add_flag("--no-comm", args->no_communication,
-                "Leave out the collectives: TP all-reduce, expert dispatch and combine, pipeline "
-                "transfers")
-      ->group(k_group_deployment);
+  cmd.flag("--no-comm", args->no_communication,
+           "Leave out the collectives: TP all-reduce, expert dispatch and combine, pipeline "
+           "transfers")
+      .group(k_group_deployment);
   add_step_pricing_options(cmd, args->overlap, args->imbalance);
   add_parsed(cmd, "--dispatch-dtype", args->dispatch_dtype, dtype_option,
              "Expert dispatch payload: fp8 (with a scale per 128) or bf16 [default: fp8 where "
              "the experts compute in fp8, else the activation dtype]")
-      ->type_name("DTYPE")
-      ->group(k_group_deployment);
-  cmd->add_option("--efficiency", args->efficiency,
-                  "Scale the datasheet ceilings: bw=F,flops=F (e.g. bw=0.85,flops=0.7) [default: "
-                  "1, the datasheet]")
-      ->type_name("bw=F,flops=F")
-      ->group(k_group_ceilings);
+      .type_name("DTYPE")
+      .group(k_group_deployment);
+  cmd.option("--efficiency", args->efficiency,
+             "Scale the datasheet ceilings: bw=F,flops=F (e.g. bw=0.85,flops=0.7) [default: "
+             "1, the datasheet]")
+      .type_name("bw=F,flops=F")
+      .group(k_group_ceilings);
   add_ceiling_options(cmd, args->ceilings,
                       "Measured ceilings (a profile `kvcalc measure --profile` writes) instead of "
                       "the datasheet's");
-  cmd->add_flag("--ops", args->ops, "Print the op table of every scenario")->group(k_group_output);
-  cmd->add_flag("--explain", args->explain,
-                "Print the step's shape on one GPU, each collective with its links, bytes, α and "
-                "β, the pipeline and the overlap")
-      ->group(k_group_output);
-  cmd->add_option("--plot", args->plot,
-                  "Write an SVG: the roofline with every op, and for a batch sweep throughput and "
-                  "time per token against batch")
-      ->type_name("FILE.svg")
-      ->group(k_group_output);
+  cmd.flag("--ops", args->ops, "Print the op table of every scenario").group(k_group_output);
+  cmd.flag("--explain", args->explain,
+           "Print the step's shape on one GPU, each collective with its links, bytes, α and "
+           "β, the pipeline and the overlap")
+      .group(k_group_output);
+  cmd.option("--plot", args->plot,
+             "Write an SVG: the roofline with every op, and for a batch sweep throughput and "
+             "time per token against batch")
+      .type_name("FILE.svg")
+      .group(k_group_output);
   add_output_options(cmd, args->output, ScaledBytes::yes);
-  return {cmd,
+  return {cmd.app(),
           [args](std::ostream& out, std::ostream& err) { return run_roofline(*args, out, err); }};
 }
 

@@ -998,33 +998,33 @@ int run_simulate(const SimulateArgs& args, std::ostream& out, std::ostream& err)
 }
 
 /// The spelling an earlier kvcalc used for `flag`: refused with the one to use.
-void add_renamed(CLI::App* cmd, const std::string& old_flag, const std::string& new_flag) {
-  cmd->add_option_function<std::string>(
+void add_renamed(const Options& cmd, const std::string& old_flag, const std::string& new_flag) {
+  cmd.text(
          old_flag,
          [old_flag, new_flag](const std::string&) {
            throw InputError(old_flag + " is now " + new_flag);
          },
          "")
-      ->group("");
+      .group("");
 }
 
 } // namespace
 
-Command setup_simulate(CLI::App& app) {
+Command setup_simulate(const Options& app) {
   auto args = std::make_shared<SimulateArgs>();
-  CLI::App* cmd = app.add_subcommand(
+  Options cmd = app.subcommand(
       "simulate", "A serving instance over time: KV occupancy, preemptions, throughput and "
                   "latency on a workload or a trace (docs/simulate.md)");
-  cmd->add_option("models", args->models, k_models_help)->type_name("MODEL")->required();
-  cmd->add_option("--workload", args->workload,
-                  "Synthetic workload YAML (docs/simulate.md); options below override its keys")
-      ->type_name("FILE.yaml")
-      ->group(k_group_workload);
-  cmd->add_option("--trace", args->trace,
-                  "Requests to replay: CSV (arrival_s,prompt_tokens,output_tokens[,prefix_id,"
-                  "prefix_tokens]) or JSONL with the same keys")
-      ->type_name("FILE")
-      ->group(k_group_workload);
+  cmd.option("models", args->models, k_models_help).type_name("MODEL").required();
+  cmd.option("--workload", args->workload,
+             "Synthetic workload YAML (docs/simulate.md); options below override its keys")
+      .type_name("FILE.yaml")
+      .group(k_group_workload);
+  cmd.option("--trace", args->trace,
+             "Requests to replay: CSV (arrival_s,prompt_tokens,output_tokens[,prefix_id,"
+             "prefix_tokens]) or JSONL with the same keys")
+      .type_name("FILE")
+      .group(k_group_workload);
   add_parsed(
       cmd, "--arrival", args->arrival,
       [](const std::string& text, const std::string&) {
@@ -1032,108 +1032,107 @@ Command setup_simulate(CLI::App& app) {
       },
       "Arrivals: poisson, constant (every 1/rate s) or burst (--requests at t = 0) "
       "[default: the workload's, else poisson]")
-      ->check(choice_of(k_arrival_processes))
-      ->group(k_group_workload);
+      .check(choice_of(k_arrival_processes))
+      .group(k_group_workload);
   add_parsed(
       cmd, "--rate", args->rates,
       [](const std::string& text, const std::string&) { return parse_rates(text); },
       "Requests per second; a comma-separated list sweeps [default: the workload's, "
       "else 10]")
-      ->type_name("R,...")
-      ->group(k_group_workload);
-  cmd->add_option("--prompt-tokens", args->prompt_tokens,
-                  "Prompt tokens: N, uniform:LOW,HIGH, normal:MEAN,STD, lognormal:MEAN,SIGMA or "
-                  "cdf:TOKENS=P,...,TOKENS=1 [default: the workload's, else 1024]")
-      ->type_name("DIST")
-      ->group(k_group_workload);
-  cmd->add_option("--output-tokens", args->output_tokens,
-                  "Output tokens, as --prompt-tokens [default: the workload's, else 256]")
-      ->type_name("DIST")
-      ->group(k_group_workload);
+      .type_name("R,...")
+      .group(k_group_workload);
+  cmd.option("--prompt-tokens", args->prompt_tokens,
+             "Prompt tokens: N, uniform:LOW,HIGH, normal:MEAN,STD, lognormal:MEAN,SIGMA or "
+             "cdf:TOKENS=P,...,TOKENS=1 [default: the workload's, else 1024]")
+      .type_name("DIST")
+      .group(k_group_workload);
+  cmd.option("--output-tokens", args->output_tokens,
+             "Output tokens, as --prompt-tokens [default: the workload's, else 256]")
+      .type_name("DIST")
+      .group(k_group_workload);
   add_renamed(cmd, "--prompt", "--prompt-tokens");
-  cmd->add_option("--duration", args->duration,
-                  "Seconds of arrivals; the run then drains what arrived")
-      ->type_name("SECONDS")
-      ->group(k_group_workload);
+  cmd.option("--duration", args->duration, "Seconds of arrivals; the run then drains what arrived")
+      .type_name("SECONDS")
+      .group(k_group_workload);
   add_count(cmd, "--requests", args->requests,
             "At most this many requests [default: 1000 when neither this nor --duration nor a "
             "workload is given]")
-      ->group(k_group_workload);
-  cmd->add_option("--seed", args->seed, "Random seed [default: the workload's, else 1]")
-      ->type_name("N")
-      ->group(k_group_workload);
+      .group(k_group_workload);
+  cmd.option("--seed", args->seed, "Random seed [default: the workload's, else 1]")
+      .type_name("N")
+      .group(k_group_workload);
   add_choice(cmd, "--preemption", args->preemption, k_preemptions,
              "When a sequence needs a block and none is free, the latest-arrived running "
              "sequence is preempted: recompute (vLLM's default) or swap (to host memory)")
-      ->group(k_group_workload);
-  cmd->add_option("--swap-bandwidth", args->swap_bandwidth,
-                  "Host link of one GPU, one direction, in bytes per second (PCIe 4.0 x16 ≈ "
-                  "25GB, 5.0 ≈ 50GB), for --preemption swap [default: 25GB]")
-      ->type_name("BYTES/S")
-      ->group(k_group_workload);
-  cmd->add_flag("--no-prefix-sharing", args->no_prefix_sharing,
-                "Compute every prompt in full, shared prefixes included")
-      ->group(k_group_workload);
+      .group(k_group_workload);
+  cmd.option("--swap-bandwidth", args->swap_bandwidth,
+             "Host link of one GPU, one direction, in bytes per second (PCIe 4.0 x16 ≈ "
+             "25GB, 5.0 ≈ 50GB), for --preemption swap [default: 25GB]")
+      .type_name("BYTES/S")
+      .group(k_group_workload);
+  cmd.flag("--no-prefix-sharing", args->no_prefix_sharing,
+           "Compute every prompt in full, shared prefixes included")
+      .group(k_group_workload);
   add_choice(cmd, "--mla", args->mla, k_mla_modes,
              "MLA mode of each step: auto (absorbed for decode and chunks of ≤ 128 tokens over a "
              "prefix, naive for prompts), absorbed or naive")
-      ->group(k_group_workload);
+      .group(k_group_workload);
   add_cache_options(cmd, args->cache);
   add_parallel_options(cmd, args->parallel, ParallelScope::deployment, true);
-  cmd->add_option("--prefill", args->prefill_pool,
-                  "Disaggregated serving: the prefill pool, NODESxGPUS[:tpT][:ppP][:epE][:dp[N]] "
-                  "(without tp one instance over its GPUs, attention data parallel when ep > 1); "
-                  "needs --decode")
-      ->type_name("SPEC")
-      ->group(k_group_deployment);
-  cmd->add_option("--decode", args->decode_pool,
-                  "Disaggregated serving: the decode pool, as --prefill; requests' caches cross "
-                  "the NICs to it")
-      ->type_name("SPEC")
-      ->group(k_group_deployment);
+  cmd.option("--prefill", args->prefill_pool,
+             "Disaggregated serving: the prefill pool, NODESxGPUS[:tpT][:ppP][:epE][:dp[N]] "
+             "(without tp one instance over its GPUs, attention data parallel when ep > 1); "
+             "needs --decode")
+      .type_name("SPEC")
+      .group(k_group_deployment);
+  cmd.option("--decode", args->decode_pool,
+             "Disaggregated serving: the decode pool, as --prefill; requests' caches cross "
+             "the NICs to it")
+      .type_name("SPEC")
+      .group(k_group_deployment);
   add_step_pricing_options(cmd, args->overlap, args->imbalance);
-  cmd->get_option("--tp")->description(
+  cmd.find("--tp").description(
       "Tensor parallel size; a comma-separated list sweeps [default: --gpus / --pp, else 1]");
   add_engine_options(cmd, args->engine);
-  cmd->get_option("--max-batched-tokens")
-      ->description("Tokens per scheduler step (chunked prefill budget) [default: the engine's: "
-                    "vLLM 8192 (2048 below 70 GiB or on A100), SGLang by GPU memory, else 8192]");
-  cmd->get_option("--max-seqs")
-      ->description("Running sequences at most [default: vLLM 1024 (256 below 70 GiB or on "
-                    "A100), else 256]");
+  cmd.find("--max-batched-tokens")
+      .description("Tokens per scheduler step (chunked prefill budget) [default: the engine's: "
+                   "vLLM 8192 (2048 below 70 GiB or on A100), SGLang by GPU memory, else 8192]");
+  cmd.find("--max-seqs")
+      .description("Running sequences at most [default: vLLM 1024 (256 below 70 GiB or on "
+                   "A100), else 256]");
   add_count(cmd, "--block-size", args->block_size,
             "Page size in tokens [default: vLLM 16 (MLA 64 on Hopper, 128 on Blackwell), "
             "TensorRT-LLM 32, SGLang and plain 1]")
-      ->type_name("TOKENS")
-      ->group(k_group_engine);
-  cmd->add_option("--efficiency", args->efficiency,
-                  "Scale the datasheet ceilings: bw=F,flops=F [default: 1, the datasheet]")
-      ->type_name("bw=F,flops=F")
-      ->group(k_group_ceilings);
+      .type_name("TOKENS")
+      .group(k_group_engine);
+  cmd.option("--efficiency", args->efficiency,
+             "Scale the datasheet ceilings: bw=F,flops=F [default: 1, the datasheet]")
+      .type_name("bw=F,flops=F")
+      .group(k_group_ceilings);
   add_ceiling_options(cmd, args->ceilings,
                       "Measured ceilings (a profile `kvcalc measure --profile` writes)");
-  cmd->add_option("--slo", args->slo,
-                  "Latency targets, METRIC_STAT=DURATION,... (ttft_p99=2s,tpot_p99=50ms): the "
-                  "highest arrival rate each deployment meets them at (doubling, then "
-                  "bisection), or with --rate or --trace whether it meets them there and the "
-                  "fewest GPUs that do; every run is listed")
-      ->type_name("TARGETS")
-      ->group(k_group_workload);
-  CLI::Option* slo_search =
-      add_choice(cmd, "--slo-search", args->slo_search, k_slo_searches,
-                 "With --slo, what to search: the highest arrival rate, or the largest batch "
-                 "(requests arriving at once, doubling then bisection to the exact count)")
-          ->group(k_group_workload);
-  cmd->add_option("--timeline", args->timeline,
-                  "Write every step as CSV: time, running, waiting, tokens, KV blocks")
-      ->type_name("FILE.csv")
-      ->group(k_group_output);
-  cmd->add_option("--plot", args->plot, "Write an SVG of KV occupancy and throughput over time")
-      ->type_name("FILE.svg")
-      ->group(k_group_output);
+  cmd.option("--slo", args->slo,
+             "Latency targets, METRIC_STAT=DURATION,... (ttft_p99=2s,tpot_p99=50ms): the "
+             "highest arrival rate each deployment meets them at (doubling, then "
+             "bisection), or with --rate or --trace whether it meets them there and the "
+             "fewest GPUs that do; every run is listed")
+      .type_name("TARGETS")
+      .group(k_group_workload);
+  add_choice(cmd, "--slo-search", args->slo_search, k_slo_searches,
+             "With --slo, what to search: the highest arrival rate, or the largest batch "
+             "(requests arriving at once, doubling then bisection to the exact count)")
+      .each([args](const std::string&) { args->slo_search_given = true; })
+      .group(k_group_workload);
+  cmd.option("--timeline", args->timeline,
+             "Write every step as CSV: time, running, waiting, tokens, KV blocks")
+      .type_name("FILE.csv")
+      .group(k_group_output);
+  cmd.option("--plot", args->plot, "Write an SVG of KV occupancy and throughput over time")
+      .type_name("FILE.svg")
+      .group(k_group_output);
   add_output_options(cmd, args->output, ScaledBytes::no);
-  return {cmd, [args, slo_search](std::ostream& out, std::ostream& err) {
-            if (args->slo.empty() && slo_search->count() > 0) {
+  return {cmd.app(), [args](std::ostream& out, std::ostream& err) {
+            if (args->slo.empty() && args->slo_search_given) {
               throw InputError("--slo-search says what an SLO search looks for; give the "
                                "targets with --slo (ttft_p99=2s,tpot_p99=50ms)");
             }

@@ -41,6 +41,7 @@ struct SimulateArgs {
   std::string timeline; ///< per-step CSV file
   std::string slo;      ///< latency targets: find the highest rate meeting them
   sim::SloSearchKind slo_search = sim::SloSearchKind::rate; ///< or the largest batch
+  bool slo_search_given = false;                            ///< --slo-search on the command line
   std::string plot;                                         ///< SVG file
   std::string prefill_pool; ///< disaggregated: the prefill pool's deployment, NxG[:tpT][:epE]...
   std::string decode_pool;  ///< and the decode pool's
