@@ -30,6 +30,45 @@ template <class F> double seconds(F&& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+/// The CLI's sweep `kvcalc roofline deepseek-v3 --gpu h200 --gpus 8 --tp 8 --batch 1..100
+/// --context 1k..100k` (decode, MLA auto): 10,000 scenarios, first each on its own
+/// (compute_roofline), then on one prepared deployment with one result buffer, as the command
+/// prices them. docs/performance.md compares the command's wall time with these.
+void time_cli_sweep(const RooflineRequest& base, const Gpu& h200) {
+  RooflineRequest sweep = base;
+  sweep.parallel.gpus = 8;
+  sweep.rates.links.domain = scale_up_domain(h200, 8);
+  double single_checksum = 0;
+  double single_s = seconds([&] {
+    for (u64 c = 1; c <= 100; ++c) {
+      for (u64 b = 1; b <= 100; ++b) {
+        RooflineRequest r = sweep;
+        r.context = c * 1024;
+        r.batch = b;
+        single_checksum += compute_roofline(r).time_s;
+      }
+    }
+  });
+  double prepared_checksum = 0;
+  double prepared_s = seconds([&] {
+    RooflineRequest r = sweep;
+    Roofline roofline(r);
+    RooflineResult result;
+    for (u64 c = 1; c <= 100; ++c) {
+      for (u64 b = 1; b <= 100; ++b) {
+        r.context = c * 1024;
+        r.batch = b;
+        roofline.step(r, result);
+        prepared_checksum += result.time_s;
+      }
+    }
+  });
+  std::printf("roofline sweep (the CLI's 10,000): each alone %.4f s = %.0f scenarios/s; prepared "
+              "%.4f s = %.0f scenarios/s (checksums %.6g, %.6g)\n",
+              single_s, 1e4 / single_s, prepared_s, 1e4 / prepared_s, single_checksum,
+              prepared_checksum);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -81,42 +120,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(scenarios), roofline_s,
               static_cast<double>(scenarios) / roofline_s, checksum);
 
-  // The CLI's sweep `kvcalc roofline deepseek-v3 --gpu h200 --gpus 8 --tp 8 --batch 1..100
-  // --context 1k..100k` (decode, MLA auto): 10,000 scenarios, first each on its own
-  // (compute_roofline), then on one prepared deployment with one result buffer, as the command
-  // prices them. docs/performance.md compares the command's wall time with these.
-  RooflineRequest sweep = base;
-  sweep.parallel.gpus = 8;
-  sweep.rates.links.domain = scale_up_domain(h200, 8);
-  double single_checksum = 0;
-  double single_s = seconds([&] {
-    for (u64 c = 1; c <= 100; ++c) {
-      for (u64 b = 1; b <= 100; ++b) {
-        RooflineRequest r = sweep;
-        r.context = c * 1024;
-        r.batch = b;
-        single_checksum += compute_roofline(r).time_s;
-      }
-    }
-  });
-  double prepared_checksum = 0;
-  double prepared_s = seconds([&] {
-    RooflineRequest r = sweep;
-    Roofline roofline(r);
-    RooflineResult result;
-    for (u64 c = 1; c <= 100; ++c) {
-      for (u64 b = 1; b <= 100; ++b) {
-        r.context = c * 1024;
-        r.batch = b;
-        roofline.step(r, result);
-        prepared_checksum += result.time_s;
-      }
-    }
-  });
-  std::printf("roofline sweep (the CLI's 10,000): each alone %.4f s = %.0f scenarios/s; prepared "
-              "%.4f s = %.0f scenarios/s (checksums %.6g, %.6g)\n",
-              single_s, 1e4 / single_s, prepared_s, 1e4 / prepared_s, single_checksum,
-              prepared_checksum);
+  time_cli_sweep(base, h200);
 
   u64 capacity_runs = 0;
   double capacity_s = seconds([&] {

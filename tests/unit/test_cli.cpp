@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -375,30 +376,33 @@ struct Probe {
 
 } // namespace
 
-TEST_CASE("every option of every command changes the result or is refused", "[cli][options]") {
-  auto dir = temp_dir();
-  const std::string src = KVCALC_SOURCE_DIR;
-  auto file = [&](const char* name) { return (dir / name).string(); };
-  const std::map<std::string, std::vector<std::string>> bases{
-      {"footprint", {"footprint", "deepseek-v3", "nemotron-h-8b"}},
-      {"compare", {"compare", "deepseek-v3", "nemotron-h-8b", "llama-3.1-8b"}},
-      {"capacity",
-       {"capacity", "deepseek-v3", "nemotron-h-8b", "--gpu", "h200", "--tp", "8", "--context",
-        "8k"}},
-      {"roofline", {"roofline", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--batch", "1,8"}},
-      {"simulate",
-       {"simulate", "deepseek-v2-lite", "nemotron-h-8b", "--gpu", "h100", "--requests", "40"}},
-      {"measure", {"measure", "--backend", "fake"}},
-      {"plan", {"plan", src + "/tests/plans/passing.yaml"}},
-      {"gpus", {"gpus"}},
-      {"models", {"models"}},
-      {"import", {"import", src + "/tests/data/hf/llama-3.1-8b.json"}},
-      {"completion", {"completion", "bash"}},
-      {"man", {"man"}}};
-  const std::vector<std::string> compare_gpu{"--gpu", "h200", "--tp", "8"};
-  const std::vector<std::string> burst{"--kv-cache-memory", "1GiB", "--arrival", "burst"};
-  // Options with the same meaning everywhere; a command-specific entry below wins.
-  const std::map<std::string, Probe> common{
+namespace {
+
+/// A file in the test's own folder.
+using Files = std::function<std::string(const char*)>;
+
+/// Each command's base run, which every probe of its options extends.
+std::map<std::string, std::vector<std::string>> base_runs(const std::string& src) {
+  return {{"footprint", {"footprint", "deepseek-v3", "nemotron-h-8b"}},
+          {"compare", {"compare", "deepseek-v3", "nemotron-h-8b", "llama-3.1-8b"}},
+          {"capacity",
+           {"capacity", "deepseek-v3", "nemotron-h-8b", "--gpu", "h200", "--tp", "8", "--context",
+            "8k"}},
+          {"roofline", {"roofline", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--batch", "1,8"}},
+          {"simulate",
+           {"simulate", "deepseek-v2-lite", "nemotron-h-8b", "--gpu", "h100", "--requests", "40"}},
+          {"measure", {"measure", "--backend", "fake"}},
+          {"plan", {"plan", src + "/tests/plans/passing.yaml"}},
+          {"gpus", {"gpus"}},
+          {"models", {"models"}},
+          {"import", {"import", src + "/tests/data/hf/llama-3.1-8b.json"}},
+          {"completion", {"completion", "bash"}},
+          {"man", {"man"}}};
+}
+
+/// Options with the same meaning everywhere; a command-specific entry wins (specific_probes).
+std::map<std::string, Probe> common_probes(const Files& file, const std::string& src) {
+  return {
       {"--context", {{"64k"}}},
       {"--kv-dtype", {{"fp8"}}},
       {"--kv-scale", {{"token-head"}, {"--kv-dtype", "fp8"}}},
@@ -444,7 +448,13 @@ TEST_CASE("every option of every command changes the result or is refused", "[cl
       {"--query", {{"2"}}},
       {"--batch", {{"32"}}},
   };
-  const std::map<std::string, Probe> specific{
+}
+
+/// Probes of one command's option ("command --option").
+std::map<std::string, Probe> specific_probes(const Files& file, const std::string& src) {
+  const std::vector<std::string> compare_gpu{"--gpu", "h200", "--tp", "8"};
+  const std::vector<std::string> burst{"--kv-cache-memory", "1GiB", "--arrival", "burst"};
+  return {
       {"compare --baseline", {{"llama-3.1-8b"}}},
       {"compare --gpu", {{"h200"}}},
       {"compare --gpu-file", {{file("missing-catalog.yaml")}, compare_gpu}},
@@ -551,6 +561,17 @@ TEST_CASE("every option of every command changes the result or is refused", "[cl
       {"import --name", {{"my-llama"}}},
       {"man --markdown", {{}}},
   };
+}
+
+} // namespace
+
+TEST_CASE("every option of every command changes the result or is refused", "[cli][options]") {
+  auto dir = temp_dir();
+  const std::string src = KVCALC_SOURCE_DIR;
+  Files file = [&](const char* name) { return (dir / name).string(); };
+  const auto bases = base_runs(src);
+  const auto common = common_probes(file, src);
+  const auto specific = specific_probes(file, src);
 
   Run man = invoke({"man", "--markdown"});
   std::string command;
