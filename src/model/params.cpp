@@ -116,7 +116,8 @@ public:
   }
 
   /// The mixer of `n` recurrent layers: its projections, convolution and per-channel vectors
-  /// (docs/formulas.md §8, "State layers"; the shapes of transformers' and vLLM's modeling code).
+  /// (docs/formulas.md §8, the recurrent mixer's row; the shapes of transformers' and vLLM's
+  /// modeling code).
   void state(u64 n) {
     const StateSpec& s = *m_model.state;
     u64 h = m_model.hidden_size;

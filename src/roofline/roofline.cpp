@@ -755,7 +755,7 @@ template <class Sink> void StepCost::attention_core(const StepLoad& load, Sink& 
 }
 
 /// Recurrent layers: their projections, then the scan, which reads and writes each sequence's
-/// state once per step (docs/formulas.md §11, "State layers").
+/// state once per step (docs/formulas.md §11, the state.proj and state.scan rows).
 template <class Sink> void StepCost::state_layers(const StepLoad& load, Sink& op) const {
   const StepShape::State& st = m_shape.state;
   if (st.layers == 0) {

@@ -1,6 +1,6 @@
 #pragma once
 /// How a KV cache stores one token: element dtype, scale metadata, and for MLA which of the
-/// three layouts (docs/formulas.md, "Cache formats").
+/// three layouts (docs/formulas.md §1, "One stored vector").
 
 #include <optional>
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-/// A model spread over GPUs: the parallelism a command is given, checked once against the
+/// A model spread over GPUs: the parallelism a command is given, checked against the
 /// model, with the counts every command derives from it (docs/cli.md, "Deployments").
 
 #include <optional>

@@ -1,6 +1,6 @@
 #pragma once
 /// Exact cache bytes of one model: per token and per sequence of each layer group, and at given
-/// context lengths (docs/formulas.md, "Footprint"). A pure function of its inputs.
+/// context lengths (docs/formulas.md §3–§6). A pure function of its inputs.
 
 #include <string>
 #include <vector>

@@ -1,7 +1,8 @@
 #pragma once
 /// `kvcalc measure`: probes and MLA decode kernels on a backend (cpu, fake; cuda when built),
 /// checked against a reference before they are timed, then turned into a device profile that
-/// calibrates the roofline (docs/device-profile.md, docs/formulas.md §13).
+/// calibrates the roofline (docs/device-profile.md, docs/formulas.md §11, "Measured ceilings and
+/// kernel bounds").
 
 #include <functional>
 #include <memory>
