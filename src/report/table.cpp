@@ -214,15 +214,6 @@ std::string render_text(const std::vector<TextTable>& tables) {
   return out;
 }
 
-std::string render_text(const std::vector<Table>& tables, ByteUnits units) {
-  std::vector<TextTable> text;
-  text.reserve(tables.size());
-  for (const auto& t : tables) {
-    text.push_back(text_table(t, units));
-  }
-  return render_text(text);
-}
-
 std::string render_markdown(const std::vector<TextTable>& tables) {
   auto escape = [](const std::string& s) {
     std::string e;
@@ -263,15 +254,6 @@ std::string render_markdown(const std::vector<TextTable>& tables) {
     }
   }
   return out;
-}
-
-std::string render_markdown(const std::vector<Table>& tables, ByteUnits units) {
-  std::vector<TextTable> text;
-  text.reserve(tables.size());
-  for (const auto& t : tables) {
-    text.push_back(text_table(t, units));
-  }
-  return render_markdown(text);
 }
 
 void append_csv_text(std::string& out, std::string_view s) {

@@ -48,15 +48,15 @@ TEST_CASE("text tables align numbers right and text left", "[report]") {
   t.columns = {{"name", "name"}, {"bytes", "bytes"}};
   t.rows = {{Cell::text("a"), Cell::bytes_exact(5)},
             {Cell::text("longer"), Cell::bytes_exact(70272)}};
-  CHECK(render_text({t}, ByteUnits::iec) == "title\n"
-                                            "  name       bytes\n"
-                                            "  a            5 B\n"
-                                            "  longer  70,272 B\n");
-  CHECK(render_markdown({t}, ByteUnits::iec) == "**title**\n\n"
-                                                "| name | bytes |\n"
-                                                "| --- | ---: |\n"
-                                                "| a | 5 B |\n"
-                                                "| longer | 70,272 B |\n");
+  CHECK(render_text({text_table(t, ByteUnits::iec)}) == "title\n"
+                                                        "  name       bytes\n"
+                                                        "  a            5 B\n"
+                                                        "  longer  70,272 B\n");
+  CHECK(render_markdown({text_table(t, ByteUnits::iec)}) == "**title**\n\n"
+                                                            "| name | bytes |\n"
+                                                            "| --- | ---: |\n"
+                                                            "| a | 5 B |\n"
+                                                            "| longer | 70,272 B |\n");
 }
 
 TEST_CASE("CSV carries exact raw values and quotes when needed", "[report]") {
@@ -143,7 +143,7 @@ TEST_CASE("a view of records: dotted keys reach nested values, CSV names overrid
   CHECK(render_csv(t) == "model,label,ttft_p50_s,aliases,done,missing\n"
                          "a,run 3,1.5,,3,\n"
                          "b,run 5,2.5,,,\n");
-  std::string text = render_text({t}, ByteUnits::iec);
+  std::string text = render_text({text_table(t, ByteUnits::iec)});
   CHECK(text.find("does not fit") != std::string::npos);
   CHECK(text.find("2.500 s") != std::string::npos);
 }

@@ -109,11 +109,9 @@ struct TextTable {
 
 /// Aligned plain-text tables separated by blank lines.
 [[nodiscard]] std::string render_text(const std::vector<TextTable>& tables);
-[[nodiscard]] std::string render_text(const std::vector<Table>& tables, ByteUnits units);
 
 /// GitHub-flavoured Markdown tables.
 [[nodiscard]] std::string render_markdown(const std::vector<TextTable>& tables);
-[[nodiscard]] std::string render_markdown(const std::vector<Table>& tables, ByteUnits units);
 
 /// A derivation's lines as people read them: counts with grouped digits (4,096), bytes with
 /// "B" (4,096 B), fractions as given (0.9).
