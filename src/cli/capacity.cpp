@@ -143,9 +143,9 @@ Record describe_row(const Scenario& s, const ContextCapacity* x,
   describe_pool_groups(r.list("pool_groups"), c);
   r.value("state_slots", c.state_slots ? Cell::count(c.state_slots) : Cell::empty());
   r.value("fits", Cell::flag(c.fits));
-  r.value("reason", c.fits ? Cell::empty() : Cell::text(c.reason));
-  r.value("status", status_cell(!c.fits || (x && x->max_sequences == 0) ? Outcome::does_not_fit
-                                                                        : Outcome::ok));
+  // The deployment's reason, else this context's: one sequence of it does not fit.
+  std::string why = !c.fits ? c.reason : x ? x->too_long : std::string();
+  describe_outcome(r, why.empty() ? Outcome::ok : Outcome::does_not_fit, why);
   if (x) {
     r.value("context", "context", Cell::tokens(x->tokens));
     r.value("max_sequences", "max seqs", Cell::count(x->max_sequences));
@@ -198,7 +198,7 @@ constexpr std::array<std::pair<const char*, const char*>, 5> k_sized_columns{{
 
 /// A combination that could not be sized: what was asked, and why (its table row says n/a),
 /// a row per context asked.
-Record describe_unsized(const CapacityRequest& q, const ContextCapacity* x,
+Record describe_unsized(const CapacityRequest& q, const ContextCapacity* x, Outcome outcome,
                         const std::string& reason) {
   Record r;
   Cell none = Cell::empty().shown_as("n/a");
@@ -211,10 +211,11 @@ Record describe_unsized(const CapacityRequest& q, const ContextCapacity* x,
   for (const auto& [key, header] : k_sized_columns) {
     r.value(key, header, none, k_tables_only);
   }
+  r.value("fits", Cell::flag(false));
+  describe_outcome(r, outcome, reason);
   r.value("context", "context", x ? Cell::tokens(x->tokens) : Cell::empty());
   r.value("max_sequences", "max seqs", none, k_tables_only);
   r.value("max_concurrency", "concurrency", none, k_tables_only);
-  describe_outcome(r, Outcome::cannot_run, reason);
   return r;
 }
 
@@ -343,6 +344,9 @@ public:
     }
   }
 
+  /// Some scenario holds one sequence of 1k tokens: there is a line to draw.
+  [[nodiscard]] bool drawable() const { return !m_chart.series.empty(); }
+
   void write(const std::string& path) {
     m_chart.title = "Sequences that fit against context";
     m_chart.x_label = "context (tokens per sequence)";
@@ -422,13 +426,13 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
       for (u64 tokens : contexts) {
         ContextCapacity x;
         x.tokens = tokens;
-        output->item(describe_unsized(request, &x, error->what()));
+        output->item(describe_unsized(request, &x, outcome_of(*error), error->what()));
       }
       if (contexts.empty()) {
-        output->item(describe_unsized(request, nullptr, error->what()));
+        output->item(describe_unsized(request, nullptr, outcome_of(*error), error->what()));
       }
-      std::string note = request.model.name + " on " + request.gpu.name + ", tp " +
-                         group_digits(request.parallel.tp) + ": n/a: " + error->what();
+      std::string note = outcome_note(request.model.name, request.gpu.name, request.parallel.tp,
+                                      outcome_of(*error), error->what());
       if (std::find(unsized.begin(), unsized.end(), note) == unsized.end()) {
         unsized.push_back(std::move(note));
       }
@@ -447,6 +451,9 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
     }
     if (plot) {
       plot->add(*s);
+    }
+    if (!plot || plot->drawable()) {
+      output->stream(); // a combination sized (and, with --plot, drawn): the result stands
     }
     outcomes.add(holds_every_context(s->result) ? Outcome::ok : Outcome::does_not_fit);
   }

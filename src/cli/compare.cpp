@@ -98,6 +98,7 @@ int run_compare(const CompareArgs& args, std::ostream& out, std::ostream& err) {
   }
   output->csv_view(flat_columns(true, options.block_size != 0), "contexts");
   output->field("baseline", base.model.name);
+  output->stream(); // every model is loaded and sized: nothing below can fail
   output->begin_list("models");
   for (const auto& e : entries) {
     output->item(describe_footprint(e, &base, args.explain));

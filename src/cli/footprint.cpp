@@ -26,6 +26,7 @@ int run_footprint(const FootprintArgs& args, std::ostream& out, std::ostream& er
   CommandOutput output(args.output, "footprint", out, err);
   std::vector<Entry> entries = footprint_entries(args.models, options, output.warnings);
   output->csv_view(flat_columns(false, options.block_size != 0), "contexts");
+  output->stream(); // every model is loaded and sized: nothing below can fail
   output->begin_list("models");
   for (const auto& e : entries) {
     Record described = describe_footprint(e, nullptr, args.explain);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <ostream>
 #include <unistd.h>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -307,28 +308,22 @@ std::vector<RooflineRequest> base_requests(const RooflineArgs& args, const Roofl
 
 /// Calls `each(request, roofline, error)` for every scenario of the sweep, in order: each model
 /// on each GPU and tp, each --mla mode (MLA models), context and batch. Each deployment is
-/// prepared once (Roofline); one that cannot be comes with its error instead, and so do its
-/// scenarios. One request is filled in place, so a scenario copies no model.
+/// prepared once (Roofline); one that cannot be comes with its error instead. One request is
+/// filled in place, so a scenario copies no model.
 template <class F>
-void for_each_scenario(const RooflineArgs& args, const RooflineInputs& in,
-                       const std::vector<Model>& models, F each) {
-  for (RooflineRequest& req : base_requests(args, in, models)) {
+void for_each_scenario(const RooflineArgs& args, const std::vector<RooflineRequest>& bases,
+                       const RooflineInputs& in, F each) {
+  for (RooflineRequest req : bases) {
     bool mla = req.model.attention.kind == AttentionKind::mla;
     for (MlaMode mode : mla ? args.mla : std::vector<MlaMode>{MlaMode::automatic}) {
       req.mla = mode;
       std::optional<Roofline> roofline;
-      std::optional<Error> error;
+      std::optional<Error> error = attempt([&] { roofline.emplace(req); });
       for (u64 c : in.contexts) {
         req.context = c;
         for (u64 b : args.batches_per_gpu.value_or(args.batches)) {
           req.batch =
               args.batches_per_gpu ? checked_mul(b, req.parallel.tp, "--batch-per-gpu × tp") : b;
-          if (!roofline && !error) {
-            error = attempt([&] {
-              check_request(req); // as compute_roofline checks: the first step's sizes first
-              roofline.emplace(req);
-            });
-          }
           each(std::as_const(req), roofline ? &*roofline : nullptr, error ? &*error : nullptr);
         }
       }
@@ -491,10 +486,13 @@ Record describe_unpriced(const RooflineRequest& q, Outcome outcome, const std::s
   r.value("tp", "tp", Cell::count(q.parallel.tp));
   r.value("pp", Cell::count(q.parallel.pp));
   r.value("phase", "phase", Cell::text(std::string(phase_name(q.phase))));
-  r.value("mla", "mla", mla ? Cell::text(std::string(mla_mode_name(q.mla))) : Cell::empty());
+  u64 s = new_tokens(q);
+  r.value("mla", "mla",
+          mla ? Cell::text(std::string(mla_mode_name(resolve_mla_mode(q.mla, q.phase, s))))
+              : Cell::empty());
   r.value("batch", "batch", Cell::count(q.batch));
   r.value("context", "context", Cell::count(q.context));
-  r.value("query_tokens", "s", Cell::count(q.query));
+  r.value("query_tokens", "s", Cell::count(s));
   Cell none = Cell::empty().shown_as("n/a");
   Record& total = r.object("total", k_tables_only);
   for (const auto& [key, header] : k_step_figures) {
@@ -695,6 +693,134 @@ std::vector<std::string> explain_step(const Scenario& s, const kv::Deployment& d
   return out;
 }
 
+/// The summary's columns: the table's, and in CSV the outcome.
+std::vector<ColumnRef> summary_columns() {
+  return {{"model"},
+          {"gpu"},
+          {"tp"},
+          {"phase"},
+          {"mla"},
+          {"batch"},
+          {"context"},
+          {"query_tokens", "", "query"},
+          {"total.time_s", "", "time_s"},
+          {"total.tokens_per_s", "", "tokens_per_s"},
+          {"total.tokens_per_s_per_gpu", "", "tokens_per_s_per_gpu"},
+          {"total.time_per_token_s", "", "time_per_token_s"},
+          {"dominant"}};
+}
+
+/// The scenarios of a sweep as they are priced: each described and written at once, what the
+/// notes, the plot and the exit code need kept.
+class StepStream {
+public:
+  StepStream(CommandOutput& out, const RooflineArgs& args, std::size_t scenarios)
+      : m_out(out), m_args(args),
+        // People read every op of one scenario, or of each with --ops.
+        m_op_tables(out->for_people() && (args.ops || scenarios == 1)) {
+    std::vector<ColumnRef> columns = summary_columns();
+    m_summary = out->begin_table("", columns);
+    columns.insert(columns.end(), {{"status"}, {"reason"}});
+    out->csv_view(columns);
+    out->begin_list("scenarios");
+    m_op_columns = {{"name"},      {"dtype"}, {"flops"}, {"bytes"},
+                    {"intensity"}, {"bound"}, {"time_s"}};
+    if (args.overlap != Overlap::none) {
+      m_op_columns.push_back({"exposed_s"});
+    }
+    m_op_columns.push_back({"share"});
+    if (!args.plot.empty()) {
+      m_plot.emplace();
+    }
+  }
+
+  /// A step that was priced.
+  void priced(const Scenario& s, const Roofline& roofline) {
+    const RooflineRequest& q = s.request;
+    m_out->stream(); // one combination priced: the sweep's result stands
+    for (const std::string& note : s.result.notes) {
+      say_once(note);
+    }
+    m_outcomes.add(s.result.weights_fit ? Outcome::ok : Outcome::does_not_fit);
+    if (m_priced++ == 0) {
+      m_out->note(m_summary, "ceilings: " + s.result.rates_source +
+                                 (q.overlap == Overlap::none
+                                      ? "; ops run one after another (no overlap)"
+                                      : "; two-batch overlap: the shorter of compute and "
+                                        "communication runs under the longer"));
+    }
+    if (m_plot) {
+      m_plot->add(s);
+    }
+    Record described =
+        describe_step(s, roofline.deployment(), m_out->format() == Format::json || m_op_tables);
+    m_out->item(described);
+    if (m_args.explain && m_out->for_people()) {
+      for (std::string& line :
+           explain_step(s, roofline.deployment(), roofline.shape(), m_args.output.units)) {
+        m_out->text_after(std::move(line));
+      }
+    }
+    if (m_op_tables) {
+      std::vector<const Record*> ops;
+      for (const Record& op : described.records("ops")) {
+        ops.push_back(&op);
+      }
+      m_out->table(q.model.name + " on " + q.gpu.name + ", batch " + group_digits(q.batch) +
+                       ", context " + group_digits(q.context) +
+                       (q.model.attention.kind == AttentionKind::mla
+                            ? ", " + std::string(mla_mode_name(s.result.mla))
+                            : ""),
+                   ops, m_op_columns);
+    }
+  }
+
+  /// A step that could not be priced, for `error`'s reason.
+  void unpriced(const RooflineRequest& q, const Error& error) {
+    m_outcomes.add(error);
+    m_out->item(describe_unpriced(q, outcome_of(error), error.what()));
+    std::string note =
+        outcome_note(q.model.name, q.gpu.name, q.parallel.tp, outcome_of(error), error.what());
+    if (m_unpriced_seen.insert(note).second) {
+      m_unpriced.push_back(std::move(note));
+    }
+  }
+
+  /// The list closed, the notes under the table, the plot: the exit code.
+  int finish(std::ostream& err) {
+    m_out->end_list();
+    m_outcomes.throw_if_none_ran();
+    for (std::string& note : m_unpriced) {
+      m_out->note(m_summary, std::move(note));
+    }
+    if (m_plot) {
+      m_plot->write(m_args.plot);
+      err << "kvcalc: wrote " << m_args.plot << '\n';
+    }
+    return m_outcomes.exit_code();
+  }
+
+private:
+  /// A warning, kept once however many steps repeat it (a deployment's weights that do not fit).
+  void say_once(const std::string& warning) {
+    if (m_warnings_seen.insert(warning).second) {
+      m_out.warnings.push_back(warning);
+    }
+  }
+
+  CommandOutput& m_out;
+  const RooflineArgs& m_args;
+  bool m_op_tables;
+  Output::TableId m_summary = 0;
+  std::vector<ColumnRef> m_op_columns;
+  std::optional<StepPlot> m_plot;
+  SweepOutcomes m_outcomes;
+  std::size_t m_priced = 0;
+  std::unordered_set<std::string> m_warnings_seen;
+  std::unordered_set<std::string> m_unpriced_seen;
+  std::vector<std::string> m_unpriced; ///< why steps were not priced, each once, in order
+};
+
 /// Every scenario of the sweep, computed, described and written one at a time; returns the exit
 /// code: the worst outcome (docs/cli.md).
 int stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineInputs& in,
@@ -705,112 +831,33 @@ int stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineInp
                {"--mla modes", args.mla.size()},
                {"contexts", in.contexts.size()},
                {"--batch", args.batches_per_gpu.value_or(args.batches).size()}});
+  std::vector<RooflineRequest> bases = base_requests(args, in, models);
   std::size_t count = 0;
-  for (const RooflineRequest& base : base_requests(args, in, models)) {
+  for (const RooflineRequest& base : bases) {
     bool mla = base.model.attention.kind == AttentionKind::mla;
     count += (mla ? args.mla.size() : 1) * in.contexts.size() *
              args.batches_per_gpu.value_or(args.batches).size();
   }
-  std::vector<ColumnRef> summary{{"model"},
-                                 {"gpu"},
-                                 {"tp"},
-                                 {"phase"},
-                                 {"mla"},
-                                 {"batch"},
-                                 {"context"},
-                                 {"query_tokens", "", "query"},
-                                 {"total.time_s", "", "time_s"},
-                                 {"total.tokens_per_s", "", "tokens_per_s"},
-                                 {"total.tokens_per_s_per_gpu", "", "tokens_per_s_per_gpu"},
-                                 {"total.time_per_token_s", "", "time_per_token_s"},
-                                 {"dominant"}};
-  Output::TableId summary_table = out->begin_table("", summary);
-  summary.push_back({"status"});
-  summary.push_back({"reason"});
-  out->csv_view(summary);
-  out->begin_list("scenarios");
-  // People read every op of one scenario, or of each with --ops.
-  bool op_tables = out->for_people() && (args.ops || count == 1);
-  std::vector<ColumnRef> op_columns{{"name"},      {"dtype"}, {"flops"}, {"bytes"},
-                                    {"intensity"}, {"bound"}, {"time_s"}};
-  if (args.overlap != Overlap::none) {
-    op_columns.push_back({"exposed_s"});
-  }
-  op_columns.push_back({"share"});
-  std::optional<StepPlot> plot;
-  if (!args.plot.empty()) {
-    plot.emplace();
-  }
-  SweepOutcomes outcomes;
-  std::vector<std::string> unpriced; // the notes of the steps that were not priced, each once
-  bool first = true;
+  StepStream stream(out, args, count);
   RooflineResult result; // one buffer for every scenario
   for_each_scenario(
-      args, in, models,
+      args, bases, in,
       [&](const RooflineRequest& q, const Roofline* roofline, const Error* deployment_error) {
         std::optional<Error> error;
         if (deployment_error) {
-          error = *deployment_error;
+          // The step's own checks first, as compute_roofline makes them.
+          error = attempt([&] { check_step(q); });
+          error = error ? error : *deployment_error;
         } else {
           error = attempt([&] { roofline->step(q, result); });
         }
         if (error) {
-          outcomes.add(*error);
-          out->item(describe_unpriced(q, outcome_of(*error), error->what()));
-          std::string note = q.model.name + " on " + q.gpu.name + ", tp " +
-                             group_digits(q.parallel.tp) + ": n/a: " + error->what();
-          if (std::find(unpriced.begin(), unpriced.end(), note) == unpriced.end()) {
-            unpriced.push_back(std::move(note));
-          }
-          return;
-        }
-        Scenario s{q, result};
-        out.warnings.insert(out.warnings.end(), result.notes.begin(), result.notes.end());
-        outcomes.add(result.weights_fit ? Outcome::ok : Outcome::does_not_fit);
-        if (first) {
-          out->note(summary_table,
-                    "ceilings: " + result.rates_source +
-                        (q.overlap == Overlap::none
-                             ? "; ops run one after another (no overlap)"
-                             : "; two-batch overlap: the shorter of compute and communication "
-                               "runs under the longer"));
-          first = false;
-        }
-        if (plot) {
-          plot->add(s);
-        }
-        Record described =
-            describe_step(s, roofline->deployment(), out->format() == Format::json || op_tables);
-        out->item(described);
-        if (args.explain && out->for_people()) {
-          for (std::string& line :
-               explain_step(s, roofline->deployment(), roofline->shape(), args.output.units)) {
-            out->text_after(std::move(line));
-          }
-        }
-        if (op_tables) {
-          std::vector<const Record*> ops;
-          for (const Record& op : described.records("ops")) {
-            ops.push_back(&op);
-          }
-          out->table(q.model.name + " on " + q.gpu.name + ", batch " + group_digits(q.batch) +
-                         ", context " + group_digits(q.context) +
-                         (q.model.attention.kind == AttentionKind::mla
-                              ? ", " + std::string(mla_mode_name(result.mla))
-                              : ""),
-                     ops, op_columns);
+          stream.unpriced(q, *error);
+        } else {
+          stream.priced(Scenario{q, result}, *roofline);
         }
       });
-  out->end_list();
-  outcomes.throw_if_none_ran();
-  for (std::string& note : unpriced) {
-    out->note(summary_table, std::move(note));
-  }
-  if (plot) {
-    plot->write(args.plot);
-    err << "kvcalc: wrote " << args.plot << '\n';
-  }
-  return outcomes.exit_code();
+  return stream.finish(err);
 }
 
 int run_roofline(const RooflineArgs& args, std::ostream& out, std::ostream& err) {

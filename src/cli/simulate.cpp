@@ -596,8 +596,18 @@ std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& 
     base.gpu = prefills[i].gpu.name;
     CapacityResult pc;
     CapacityResult dc;
-    auto prefill = instance_of(prefills[i], args, in, in.prefill_pool->node_gpus(), pc, warnings);
-    auto decode = instance_of(decodes[i], args, in, in.decode_pool->node_gpus(), dc, warnings);
+    std::variant<SimConfig, std::string> prefill;
+    std::variant<SimConfig, std::string> decode;
+    if (std::optional<Error> error = attempt([&] {
+          prefill = instance_of(prefills[i], args, in, in.prefill_pool->node_gpus(), pc, warnings);
+          decode = instance_of(decodes[i], args, in, in.decode_pool->node_gpus(), dc, warnings);
+        })) {
+      base.engine = decodes[i].engine.engine;
+      base.config.step.parallel = decodes[i].parallel;
+      base.error = std::move(error);
+      scenarios.push_back(std::move(base));
+      continue;
+    }
     base.engine = dc.engine;
     base.config.step.parallel = dc.parallel;
     if (auto* why = std::get_if<std::string>(&prefill)) {
@@ -711,16 +721,16 @@ Record describe_scenario(const Scenario& s, bool trace) {
   Record r;
   r.value("model", "model", Cell::text(s.model));
   r.value("gpu", "gpu", Cell::text(s.gpu));
-  r.value("gpus",
-          Cell::count(c.step.parallel.gpus + (s.pools ? s.pools->prefill.step.parallel.gpus : 0)));
+  // A combination that cannot run was never resolved into a deployment: its GPUs are unknown.
+  r.value("gpus", s.error ? Cell::empty()
+                          : Cell::count(c.step.parallel.gpus +
+                                        (s.pools ? s.pools->prefill.step.parallel.gpus : 0)));
   r.value("tp", "tp", Cell::count(c.step.parallel.tp));
   if (Outcome outcome = outcome_of(s); outcome != Outcome::ok) {
     r.value("engine", Cell::text(std::string(engine_name(s.engine))));
     r.value("fits", Cell::flag(false));
-    r.value("reason", Cell::text(s.error ? s.error->what() : s.unfit));
-    r.value("status", status_cell(outcome));
-    r.value("requests_completed", "done",
-            Cell::empty().shown_as(outcome == Outcome::cannot_run ? "n/a" : "does not fit"),
+    describe_outcome(r, outcome, s.error ? s.error->what() : s.unfit);
+    r.value("requests_completed", "done", Cell::empty().shown_as(status_name(outcome)),
             k_tables_only);
     return r;
   }
@@ -730,8 +740,7 @@ Record describe_scenario(const Scenario& s, bool trace) {
   r.value("attention_dp", Cell::count(c.step.parallel.dp));
   r.value("engine", Cell::text(std::string(engine_name(s.engine))));
   r.value("fits", Cell::flag(true));
-  r.value("reason", Cell::empty());
-  r.value("status", status_cell(Outcome::ok));
+  describe_outcome(r, Outcome::ok, "");
   r.value("rate_per_s", "rate/s",
           s.rate ? Cell::number(*s.rate) : Cell::empty().shown_as(trace ? "trace" : "burst"));
   r.value("rates", Cell::text(c.step.rates.source));
@@ -939,8 +948,8 @@ void render_simulation(CommandOutput& out, const SimulateArgs& args, const Simul
       latency = latency_table(s, described);
     }
     if (s.error) {
-      out->note(table, s.model + " on " + s.gpu + ", tp " +
-                           group_digits(s.config.step.parallel.tp) + ": n/a: " + s.error->what());
+      out->note(table, outcome_note(s.model, s.gpu, s.config.step.parallel.tp, outcome_of(s),
+                                    s.error->what()));
     } else if (!s.unfit.empty()) {
       out->note(table, s.unfit);
     }

@@ -143,6 +143,24 @@ Record describe_slo_row(const Scenario& base, const SloSearch& found, const SloQ
     row.value("meets", "within SLO", Cell::flag(all_meet(found)));
   }
   row.value("runs", "runs", Cell::count(found.runs.size()));
+  describe_outcome(row, Outcome::ok, "");
+  return row;
+}
+
+/// The row of an instance that was not searched: it does not fit, or cannot run.
+Record describe_slo_skipped(const Scenario& base, const SloQuestion& q) {
+  Outcome outcome = outcome_of(base);
+  Record row;
+  row.value("model", "model", Cell::text(base.model));
+  row.value("gpu", "gpu", Cell::text(base.gpu));
+  row.value("gpus", "gpus", base.error ? Cell::empty() : Cell::count(instance_gpus(base)));
+  row.value("tp", "tp", Cell::count(base.config.step.parallel.tp));
+  // Where the verdict would be, people read why there is none.
+  const char* verdict = q.by_batch ? "max_batch" : q.search ? "max_rate_per_s" : "meets";
+  const char* header = q.by_batch ? "max batch" : q.search ? "max rate/s" : "within SLO";
+  row.value(verdict, header, Cell::empty().shown_as(status_name(outcome)), k_tables_only);
+  row.value("runs", "runs", Cell::count(0));
+  describe_outcome(row, outcome, base.error ? base.error->what() : base.unfit);
   return row;
 }
 
@@ -283,11 +301,12 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   SweepOutcomes outcomes = outcomes_of(bases);
   Progress progress(err, bases.size());
   for (const Scenario& base : bases) {
-    if (outcome_of(base) != Outcome::ok) {
-      out.warnings.push_back(base.error ? base.model + " on " + base.gpu + ", tp " +
-                                              std::to_string(base.config.step.parallel.tp) +
-                                              ": n/a: " + base.error->what()
-                                        : base.unfit);
+    if (Outcome outcome = outcome_of(base); outcome != Outcome::ok) {
+      out.warnings.push_back(base.error
+                                 ? outcome_note(base.model, base.gpu, base.config.step.parallel.tp,
+                                                outcome, base.error->what())
+                                 : base.unfit);
+      rows.push_back(describe_slo_skipped(base, q));
       continue;
     }
     progress.step((q.search ? "searching " : "checking ") + base.model + " on " + base.gpu +

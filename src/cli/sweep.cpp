@@ -39,10 +39,18 @@ int SweepOutcomes::exit_code() const {
   return static_cast<int>(m_unfit ? ExitCode::does_not_fit : ExitCode::ok);
 }
 
+std::string status_name(Outcome outcome) {
+  return outcome == Outcome::ok ? "ok" : outcome == Outcome::does_not_fit ? "does not fit" : "n/a";
+}
+
 report::Cell status_cell(Outcome outcome) {
-  return report::Cell::text(outcome == Outcome::ok             ? "ok"
-                            : outcome == Outcome::does_not_fit ? "does not fit"
-                                                               : "n/a");
+  return report::Cell::text(status_name(outcome));
+}
+
+std::string outcome_note(const std::string& model, const std::string& gpu, u64 tp, Outcome outcome,
+                         const std::string& reason) {
+  return model + " on " + gpu + ", tp " + group_digits(tp) + ": " + status_name(outcome) + ": " +
+         reason;
 }
 
 void describe_outcome(report::Record& r, Outcome outcome, const std::string& reason) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include <kvcalc/core/error.hpp>
+#include <kvcalc/core/units.hpp>
 #include <kvcalc/report/record.hpp>
 
 namespace kvcalc::cli {
@@ -19,11 +20,15 @@ enum class Outcome {
   cannot_run,   ///< not priced: the combination is not a deployment (its row says n/a and why)
 };
 
-/// The outcomes of a sweep's combinations, gathered as they run.
+/// The outcomes of a sweep's combinations, gathered as they run. A combination either was
+/// priced (add(Outcome): its row holds figures, whether or not it fits) or was stopped by an
+/// error (add(Error): its row holds only why); the command fails when none was priced.
 class SweepOutcomes {
 public:
+  /// A combination priced: ok, or does_not_fit with its figures.
   void add(Outcome outcome);
-  /// A combination stopped by `error`: it does not fit (a DoesNotFit), or cannot run.
+  /// A combination stopped by `error` before it was priced: it does not fit (a DoesNotFit), or
+  /// cannot run.
   void add(const Error& error);
   /// The first error of a sweep in which nothing ran: the command fails with it as it would
   /// with that one combination alone.
@@ -55,8 +60,14 @@ template <class F> std::optional<Error> attempt(F&& work) {
   return std::nullopt;
 }
 
-/// The row's outcome as JSON and CSV give it: "ok", "does not fit" or "n/a".
+/// The row's outcome in words, as JSON, CSV and the notes give it: "ok", "does not fit", "n/a".
+[[nodiscard]] std::string status_name(Outcome outcome);
+/// The same as a cell.
 [[nodiscard]] report::Cell status_cell(Outcome outcome);
+/// The line under a table for a combination that did not run: "llama-3.1-8b on h100-sxm, tp 3:
+/// n/a: <reason>".
+[[nodiscard]] std::string outcome_note(const std::string& model, const std::string& gpu, u64 tp,
+                                       Outcome outcome, const std::string& reason);
 /// `status` (status_cell) and `reason` (empty when ok).
 void describe_outcome(report::Record& r, Outcome outcome, const std::string& reason);
 

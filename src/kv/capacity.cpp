@@ -439,9 +439,10 @@ void sequences_at_contexts(const CapacityRequest& req, const EngineRules& rules,
                        " (a plan's max_model_len): the engine rejects longer requests; ask for "
                        "contexts up to it, or raise it");
     }
-    r.contexts.push_back(over_deployment(pool.at(tokens), r));
-    if (r.fits && r.contexts.back().max_sequences == 0) {
-      r.notes.push_back(rules.too_long(pool.at(tokens), longest_request(pool, tokens), r));
+    ContextCapacity& at = r.contexts.emplace_back(over_deployment(pool.at(tokens), r));
+    if (r.fits && at.max_sequences == 0) {
+      at.too_long = rules.too_long(pool.at(tokens), longest_request(pool, tokens), r);
+      r.notes.push_back(at.too_long);
     }
     if (m.max_context && tokens > m.max_context) {
       r.notes.push_back(m.name + ": context " + group_digits(tokens) +

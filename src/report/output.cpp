@@ -200,7 +200,7 @@ void Output::item(const Record& record) {
 }
 
 void Output::flush_if_full() {
-  if (m_buffer.size() >= k_block_bytes) {
+  if (m_streaming && m_buffer.size() >= k_block_bytes) {
     m_write(m_buffer);
     m_buffer.clear();
   }

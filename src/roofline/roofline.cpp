@@ -99,7 +99,8 @@ OpTime op_time(double flops, double bytes, double peak, double bandwidth) {
 }
 
 /// `prefix` + `name` as text that lives as long as the program: the names of an MTP module's
-/// ops ("mtp.attention.core"), made once each.
+/// ops ("mtp.attention.core"), made once each. Both must be static text (string literals): the
+/// table keeps views of them.
 std::string_view prefixed(const char* prefix, const char* name) {
   static std::mutex guard;
   static std::map<std::pair<std::string_view, std::string_view>, std::string> names;
@@ -962,12 +963,6 @@ void check_acceptance_and_links(const RooflineRequest& req) {
   }
 }
 
-/// The checks of one step (the deployment's are Roofline's).
-void check_step(const RooflineRequest& req) {
-  check_sizes(req);
-  check_mtp_step(req);
-}
-
 /// The checks of a deployment that hold for every step, before anything is priced.
 void check_deployment(const RooflineRequest& req) {
   check_mtp_module(req);
@@ -1014,6 +1009,10 @@ RooflineResult Roofline::step(const RooflineRequest& req) const {
 
 void Roofline::step(const RooflineRequest& req, RooflineResult& out) const {
   check_step(req);
+  price(req, out);
+}
+
+void Roofline::price(const RooflineRequest& req, RooflineResult& out) const {
   const Parallelism& par = m_req.parallel;
   std::vector<Op> ops = std::move(out.ops);
   std::vector<std::string> notes = std::move(out.notes);
@@ -1023,22 +1022,10 @@ void Roofline::step(const RooflineRequest& req, RooflineResult& out) const {
   out.rates_source.assign(m_req.rates.source);
 
   // Step shape: s new tokens per request attending t tokens, t_eff on average (causal).
-  u64 s = 0;
-  u64 prefix = 0;
-  switch (req.phase) {
-  case Phase::decode:
-    s = req.query + m_req.draft_tokens;
-    prefix = req.context >= s ? req.context - s : 0;
-    break;
-  case Phase::prefill:
-    s = req.context;
-    prefix = 0;
-    break;
-  case Phase::extend:
-    s = req.query;
-    prefix = req.context;
-    break;
-  }
+  u64 s = new_tokens(req);
+  u64 prefix = req.phase == Phase::decode   ? (req.context >= s ? req.context - s : 0)
+               : req.phase == Phase::extend ? req.context
+                                            : 0;
   u64 t = prefix + s;
   out.query = s;
   out.attended = t;
@@ -1106,16 +1093,29 @@ void Roofline::step(const RooflineRequest& req, RooflineResult& out) const {
   }
 }
 
-void check_request(const RooflineRequest& request) {
+void check_step(const RooflineRequest& request) {
   check_sizes(request);
-  check_mtp_module(request);
   check_mtp_step(request);
-  check_acceptance_and_links(request);
+}
+
+u64 new_tokens(const RooflineRequest& request) {
+  switch (request.phase) {
+  case Phase::decode:
+    return request.query + request.draft_tokens;
+  case Phase::prefill:
+    return request.context;
+  case Phase::extend:
+    return request.query;
+  }
+  return request.query;
 }
 
 RooflineResult compute_roofline(const RooflineRequest& request) {
-  check_request(request);
-  return Roofline(request).step(request);
+  check_step(request);
+  Roofline roofline(request);
+  RooflineResult out;
+  roofline.price(request, out);
+  return out;
 }
 
 double mla_attention_time(const RooflineRequest& req, MlaMode mode, u64 query) {

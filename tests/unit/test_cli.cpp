@@ -728,6 +728,17 @@ TEST_CASE("a sweep's exit code is its worst outcome; one in which nothing ran fa
     CHECK(e.code() == kvcalc::ExitCode::bad_input);
   }
 
+  // Priced but too big has its figures and the command prints them (capacity); stopped before
+  // it was priced by a DoesNotFit has none, and a sweep of only those fails (simulate).
+  SweepOutcomes priced_unfit;
+  priced_unfit.add(Outcome::does_not_fit);
+  CHECK_NOTHROW(priced_unfit.throw_if_none_ran());
+  CHECK(priced_unfit.exit_code() == 4);
+  SweepOutcomes stopped_unfit;
+  stopped_unfit.add(kvcalc::DoesNotFit("no room"));
+  CHECK_THROWS_AS(stopped_unfit.throw_if_none_ran(), kvcalc::Error);
+  CHECK(stopped_unfit.exit_code() == 4);
+
   // Only a combination's own errors become rows; an internal error stops the command.
   CHECK(kvcalc::cli::attempt([] { throw kvcalc::InputError("n/a"); }).has_value());
   CHECK_FALSE(kvcalc::cli::attempt([] {}).has_value());

@@ -582,20 +582,43 @@ TEST_CASE("a prepared deployment prices every step as compute_roofline does", "[
   auto req = request("deepseek-v3", "h200", 1, 4096);
   req.parallel.tp = 8;
   req.parallel.gpus = 8;
+  req.mla = MlaMode::automatic;
   Roofline roofline(req);
   RooflineResult reused;
-  for (u64 batch : {u64{1}, u64{64}}) {
-    for (u64 context : {u64{1024}, u64{131072}}) {
-      req.batch = batch;
-      req.context = context;
-      RooflineResult alone = compute_roofline(req);
-      roofline.step(req, reused);
-      CHECK(reused.time_s == alone.time_s);
-      CHECK(reused.ops.size() == alone.ops.size());
-      CHECK(reused.dominant == alone.dominant);
-      CHECK(reused.flops == alone.flops);
+  // Steps whose op lists differ in length and in names (decode absorbed, prefill naive, a
+  // long extend naive, then decode again), so that an op left over from a longer step, or a
+  // name from another, would show.
+  struct Step {
+    Phase phase;
+    u64 batch, context, query;
+  };
+  std::size_t shortest = SIZE_MAX;
+  std::size_t longest = 0;
+  for (const Step& step : {Step{Phase::decode, 64, 131072, 1}, Step{Phase::prefill, 1, 8192, 1},
+                           Step{Phase::extend, 4, 65536, 512}, Step{Phase::decode, 1, 1024, 1}}) {
+    req.phase = step.phase;
+    req.batch = step.batch;
+    req.context = step.context;
+    req.query = step.query;
+    RooflineResult alone = compute_roofline(req);
+    roofline.step(req, reused);
+    REQUIRE(reused.ops.size() == alone.ops.size());
+    for (std::size_t i = 0; i < alone.ops.size(); ++i) {
+      INFO("op " << alone.ops[i].name);
+      CHECK(reused.ops[i].name == alone.ops[i].name);
+      CHECK(reused.ops[i].variant == alone.ops[i].variant);
+      CHECK(reused.ops[i].time_s == alone.ops[i].time_s);
+      CHECK(reused.ops[i].bytes == alone.ops[i].bytes);
+      CHECK(reused.ops[i].exposed_s == alone.ops[i].exposed_s);
     }
+    CHECK(reused.time_s == alone.time_s);
+    CHECK(reused.dominant == alone.dominant);
+    CHECK(reused.mla == alone.mla);
+    CHECK(reused.query == alone.query);
+    shortest = std::min(shortest, alone.ops.size());
+    longest = std::max(longest, alone.ops.size());
   }
+  CHECK(shortest < longest); // the op list did shrink and grow
   // A step's own sizes are checked on a prepared deployment too.
   req.batch = 0;
   CHECK_THROWS_AS(roofline.step(req, reused), InputError);

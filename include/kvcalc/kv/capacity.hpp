@@ -82,6 +82,7 @@ struct ContextCapacity {
   u64 bytes_per_sequence = 0;  ///< KV (and state) one sequence takes on one GPU
   double max_concurrency = 0;  ///< the engine's fractional figure for one KV pool
   u64 max_sequences = 0;       ///< whole sequences, whole deployment
+  std::string too_long; ///< why no sequence of this length fits where the deployment does; else ""
 };
 
 /// One group of the engine's pool on one GPU, as the engine's own log and code name it: vLLM's

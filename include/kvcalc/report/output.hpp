@@ -2,8 +2,8 @@
 /// One command's result, written as it is described. Every format reads the same records
 /// (record.hpp): JSON and CSV write each record when it is given and keep nothing of it; tables
 /// for people keep only their formatted cells, which they need to size their columns, and are
-/// written at the end. Text leaves in blocks, so a small result is written at once and a
-/// command that fails early writes nothing.
+/// written at the end. Text leaves in blocks, once the command says its result stands
+/// (`stream()`): a command that fails before then writes nothing, however much it described.
 
 #include <functional>
 #include <optional>
@@ -63,6 +63,11 @@ public:
   /// One result: an item of the open JSON list, rows of the tables begun and of the CSV view.
   void item(const Record& record);
 
+  /// From now on text leaves in blocks as it is written: the command's result stands (a sweep
+  /// has priced one combination, say), so a later failure of one of its combinations cannot
+  /// fail the command. Until then it is all kept.
+  void stream() { m_streaming = true; }
+
   /// Ends the document: the JSON's `warnings`, the tables and the text after them, then the
   /// last block.
   void finish(const std::vector<std::string>& warnings);
@@ -81,6 +86,7 @@ private:
   ByteUnits m_units;
   Writer m_write;
   std::string m_buffer;
+  bool m_streaming = false;
   std::size_t m_json_fields = 0; ///< fields of the JSON document written
   bool m_list_open = false;
   std::size_t m_list_items = 0;

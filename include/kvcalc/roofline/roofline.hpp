@@ -150,11 +150,15 @@ struct RooflineResult {
   std::vector<std::string> notes;
 };
 
-/// The checks a request passes before it is priced, each an InputError naming the flag: its
-/// sizes, MTP, the acceptance, the links a deployment over several GPUs needs.
-void check_request(const RooflineRequest& request);
+/// The checks of one step, each an InputError naming the flag: its sizes within what 64-bit
+/// counts hold, and MTP's decode-only rule. A deployment's own checks are Roofline's.
+void check_step(const RooflineRequest& request);
 
-/// The step of `request`, checked: Roofline(request).step(request).
+/// s, the new tokens of each sequence in the request's step: decode's query and drafted tokens,
+/// prefill's prompt, extend's chunk.
+[[nodiscard]] u64 new_tokens(const RooflineRequest& request);
+
+/// The step of `request`, checked: the step's checks, then the deployment's, then priced.
 [[nodiscard]] RooflineResult compute_roofline(const RooflineRequest& request);
 
 /// The MLA mode `requested` resolves to for a chunk of s tokens in `phase`: automatic is
@@ -362,14 +366,18 @@ public:
   Roofline(const Roofline&) = delete;
   Roofline& operator=(const Roofline&) = delete;
 
-  /// The step of `step` (whose other fields are the deployment's), into `out`: its buffers are
-  /// reused, so a sweep allocates nothing once they have grown.
+  /// The step of `step` (whose other fields are the deployment's), checked (check_step), into
+  /// `out`: its buffers are reused, so a sweep allocates nothing once they have grown.
   void step(const RooflineRequest& step, RooflineResult& out) const;
   [[nodiscard]] RooflineResult step(const RooflineRequest& step) const;
   [[nodiscard]] const kv::Deployment& deployment() const { return m_deployment; }
   [[nodiscard]] const StepShape& shape() const { return m_cost.shape(); }
 
 private:
+  friend RooflineResult compute_roofline(const RooflineRequest& request);
+  /// step() once its checks have passed.
+  void price(const RooflineRequest& step, RooflineResult& out) const;
+
   RooflineRequest m_req;
   kv::Deployment m_deployment;
   StepCost m_cost;
