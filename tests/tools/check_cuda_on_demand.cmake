@@ -5,18 +5,7 @@
 # fmt, yaml-cpp and libstdc++ are found as always.
 # cmake -DKVCALC=<binary> -DREADELF=<readelf> -P check_cuda_on_demand.cmake
 
-function(run_kvcalc out_rc out_stdout out_stderr)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE stdout ERROR_VARIABLE stderr)
-  set(${out_rc} "${rc}" PARENT_SCOPE)
-  set(${out_stdout} "${stdout}" PARENT_SCOPE)
-  set(${out_stderr} "${stderr}" PARENT_SCOPE)
-endfunction()
-
-execute_process(COMMAND ${READELF} -p .interp ${KVCALC} OUTPUT_VARIABLE interp RESULT_VARIABLE rc)
-string(REGEX MATCH "/[^ \n]+" loader "${interp}")
-if(NOT rc EQUAL 0 OR NOT EXISTS "${loader}")
-  message(FATAL_ERROR "cannot find the dynamic loader of ${KVCALC}: ${interp}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/loader.cmake)
 set(hidden ${loader} --inhibit-cache --inhibit-rpath : ${KVCALC})
 unset(ENV{LD_LIBRARY_PATH})
 
