@@ -80,10 +80,6 @@ OptionRef Options::find(const std::string& flags) const {
   return OptionRef(m_app->get_option(flags));
 }
 
-void Options::footer(const std::string& text) const {
-  m_app->footer(text);
-}
-
 std::string flag_name(const std::string& flags) {
   std::size_t start = 0;
   while (start < flags.size()) {

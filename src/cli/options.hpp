@@ -72,7 +72,6 @@ public:
   /// Calls `each` with every value given.
   OptionRef each(std::function<void(const std::string&)> each) const;
   OptionRef check(const Choice& choice) const;
-  [[nodiscard]] CLI::Option* get() const { return m_option; }
 
 private:
   CLI::Option* m_option;
@@ -98,8 +97,6 @@ public:
                   const std::string& help) const;
   /// The option `flags` declared before (by a shared group), to change its help.
   [[nodiscard]] OptionRef find(const std::string& flags) const;
-  /// A line under the command's help.
-  void footer(const std::string& text) const;
   [[nodiscard]] CLI::App* app() const { return m_app; }
 
 private:

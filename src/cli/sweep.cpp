@@ -43,10 +43,6 @@ std::string status_name(Outcome outcome) {
   return outcome == Outcome::ok ? "ok" : outcome == Outcome::does_not_fit ? "does not fit" : "n/a";
 }
 
-report::Cell status_cell(Outcome outcome) {
-  return report::Cell::text(status_name(outcome));
-}
-
 std::string outcome_note(const std::string& model, const std::string& gpu, u64 tp, Outcome outcome,
                          const std::string& reason) {
   return model + " on " + gpu + ", tp " + group_digits(tp) + ": " + status_name(outcome) + ": " +
@@ -54,7 +50,7 @@ std::string outcome_note(const std::string& model, const std::string& gpu, u64 t
 }
 
 void describe_outcome(report::Record& r, Outcome outcome, const std::string& reason) {
-  r.value("status", status_cell(outcome));
+  r.value("status", report::Cell::text(status_name(outcome)));
   r.value("reason", outcome == Outcome::ok ? report::Cell::empty() : report::Cell::text(reason));
 }
 

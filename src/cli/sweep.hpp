@@ -62,13 +62,11 @@ template <class F> std::optional<Error> attempt(F&& work) {
 
 /// The row's outcome in words, as JSON, CSV and the notes give it: "ok", "does not fit", "n/a".
 [[nodiscard]] std::string status_name(Outcome outcome);
-/// The same as a cell.
-[[nodiscard]] report::Cell status_cell(Outcome outcome);
 /// The line under a table for a combination that did not run: "llama-3.1-8b on h100-sxm, tp 3:
 /// n/a: <reason>".
 [[nodiscard]] std::string outcome_note(const std::string& model, const std::string& gpu, u64 tp,
                                        Outcome outcome, const std::string& reason);
-/// `status` (status_cell) and `reason` (empty when ok).
+/// `status` (status_name) and `reason` (empty when ok).
 void describe_outcome(report::Record& r, Outcome outcome, const std::string& reason);
 
 } // namespace kvcalc::cli

@@ -554,6 +554,10 @@ StepCost::StepCost(const RooflineRequest& req, bool draft)
     : m_req(req), m_draft(draft), m_shape(step_shape(req)) {
 }
 
+StepCost::StepCost(const RooflineRequest& req, const Deployment& deployment)
+    : m_req(req), m_shape(shape_of(req, deployment)) {
+}
+
 void StepCost::add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies,
                    double attention_copies) const {
   double t = d(prefix + s);
@@ -982,10 +986,8 @@ RooflineRequest draft_request(const RooflineRequest& req, const Deployment& depl
 
 Roofline::Roofline(const RooflineRequest& deployment)
     : m_req(deployment),
-      m_deployment(
-          (check_deployment(deployment),
-           resolve_deployment(deployment.model, deployment.parallel, deployment.weight_dtype))),
-      m_cost(deployment) {
+      m_deployment((check_deployment(deployment), checked_deployment(deployment))),
+      m_cost(deployment, m_deployment) {
   const Model& m = m_req.model;
   if (m_req.draft_tokens > 0) {
     m_draft.emplace(draft_request(m_req, m_deployment), true);

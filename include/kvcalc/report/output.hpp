@@ -33,7 +33,6 @@ public:
   [[nodiscard]] bool for_people() const {
     return m_format == Format::table || m_format == Format::md;
   }
-  [[nodiscard]] ByteUnits units() const { return m_units; }
 
   // The JSON document: its fields and lists in the order given.
   void field(std::string_view key, const Json& value);

@@ -311,6 +311,8 @@ public:
   /// context, query and phase are the load's. `draft`: the request's model is an MTP module,
   /// whose own projection of [embedding; hidden] is priced too and whose ops are named mtp.*.
   explicit StepCost(const RooflineRequest& request, bool draft = false);
+  /// The same for a deployment already checked and resolved for `request` (Roofline's).
+  StepCost(const RooflineRequest& request, const kv::Deployment& deployment);
 
   /// Adds `copies` sequences with s new tokens over a cached prefix of `prefix` tokens
   /// (decode: t_eff = t = prefix + s; prefill/extend: t_eff = prefix + s/2), of which
