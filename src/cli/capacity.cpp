@@ -187,14 +187,10 @@ std::string who(const Scenario& s) {
          group_digits(s.result.parallel.tp) + ")";
 }
 
-/// The columns of a sized row before its context: key and header.
-constexpr std::array<std::pair<const char*, const char*>, 5> k_sized_columns{{
-    {"weights_bytes_per_gpu", "weights/GPU"},
-    {"kv_pool_bytes_per_gpu", "KV pool/GPU"},
-    {"kv_bytes_per_token_per_gpu", "KV/token/GPU"},
-    {"kv_tokens", "KV tokens"},
-    {"num_blocks", "blocks"},
-}};
+/// The figures of a sized row before its context.
+constexpr std::array<const char*, 5> k_sized_figures{
+    "weights_bytes_per_gpu", "kv_pool_bytes_per_gpu", "kv_bytes_per_token_per_gpu", "kv_tokens",
+    "num_blocks"};
 
 /// A combination that could not be sized: what was asked, and why (its table row says n/a),
 /// a row per context asked.
@@ -208,14 +204,14 @@ Record describe_unsized(const CapacityRequest& q, const ContextCapacity* x, Outc
   r.value("gpus", "gpus", q.parallel.gpus ? Cell::count(q.parallel.gpus) : Cell::empty());
   r.value("tp", "tp", Cell::count(q.parallel.tp));
   r.value("pp", Cell::count(q.parallel.pp));
-  for (const auto& [key, header] : k_sized_columns) {
-    r.value(key, header, none, k_tables_only);
+  for (const char* key : k_sized_figures) {
+    r.value(key, none, k_tables_only);
   }
   r.value("fits", Cell::flag(false));
   describe_outcome(r, outcome, reason);
   r.value("context", "context", x ? Cell::tokens(x->tokens) : Cell::empty());
-  r.value("max_sequences", "max seqs", none, k_tables_only);
-  r.value("max_concurrency", "concurrency", none, k_tables_only);
+  r.value("max_sequences", none, k_tables_only);
+  r.value("max_concurrency", none, k_tables_only);
   return r;
 }
 

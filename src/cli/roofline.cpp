@@ -469,13 +469,9 @@ Record describe_step(const Scenario& s, const kv::Deployment& dep, bool with_ops
   return r;
 }
 
-/// The figures of a step's total that its table row shows: key and header.
-constexpr std::array<std::pair<const char*, const char*>, 4> k_step_figures{{
-    {"time_s", "step"},
-    {"tokens_per_s", "tokens/s"},
-    {"tokens_per_s_per_gpu", "tok/s/GPU"},
-    {"time_per_token_s", "per token"},
-}};
+/// The figures of a step's total that its table row shows.
+constexpr std::array<const char*, 4> k_step_figures{"time_s", "tokens_per_s",
+                                                    "tokens_per_s_per_gpu", "time_per_token_s"};
 
 /// A step that was not priced: what it was, and why (its table row says n/a).
 Record describe_unpriced(const RooflineRequest& q, Outcome outcome, const std::string& reason) {
@@ -495,10 +491,10 @@ Record describe_unpriced(const RooflineRequest& q, Outcome outcome, const std::s
   r.value("query_tokens", "s", Cell::count(s));
   Cell none = Cell::empty().shown_as("n/a");
   Record& total = r.object("total", k_tables_only);
-  for (const auto& [key, header] : k_step_figures) {
-    total.value(key, header, none);
+  for (const char* key : k_step_figures) {
+    total.value(key, none);
   }
-  r.value("dominant", "dominant op", none, k_tables_only);
+  r.value("dominant", none, k_tables_only);
   describe_outcome(r, outcome, reason);
   return r;
 }

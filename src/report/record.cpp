@@ -116,7 +116,7 @@ Headers::Headers(const std::vector<ColumnRef>& columns)
 void Headers::see(const Row& row, const std::vector<ColumnRef>& columns) {
   for (std::size_t c = 0; c < columns.size(); ++c) {
     if (!m_known[c]) {
-      if (const Record::Entry* e = row.column(columns[c].key)) {
+      if (const Record::Entry* e = row.column(columns[c].key); e && !e->header.empty()) {
         m_headers[c] = e->header;
         m_known[c] = true;
       }

@@ -412,3 +412,14 @@ TEST_CASE("Markdown output: the same tables, and text after them fenced", "[repo
                    "a | b  \n"
                    "\n```\nline\n```\n");
 }
+
+TEST_CASE("a column's header comes from the first row that heads it, not from one that only "
+          "says why it has no figure",
+          "[report]") {
+  std::vector<Record> rows(2);
+  rows[0].value("time_s", Cell::empty().shown_as("n/a"));
+  rows[1].value("time_s", "step", Cell::seconds(1));
+  Table t = table_of(rows, {{"time_s"}});
+  CHECK(t.columns[0].header == "step");
+  CHECK(format_cell(t.rows[0][0], ByteUnits::iec) == "n/a");
+}

@@ -120,7 +120,8 @@ template <class F> void for_each_row(const Record& record, std::string_view join
   }
 }
 
-/// The header of each column: its own, else that of the first row that has the key.
+/// The header of each column: its own, else that of the first row whose entry has one (a row
+/// that says why it has no figures need not head them).
 /// Filled row by row as a table grows (report/output.hpp), or at once by table_of.
 class Headers {
 public:
