@@ -95,21 +95,29 @@ void Output::table(std::string title, const std::vector<const Record*>& records,
   if (!for_people()) {
     return;
   }
-  TextTable& t = m_tables.emplace_back(columns.size());
-  t.title = std::move(title);
-  Headers headers(columns);
+  GrowingTable g{m_tables.size(), columns, std::string(joined), Headers(columns)};
+  m_tables.emplace_back(columns.size()).title = std::move(title);
   for (const Record* r : records) {
-    for_each_row(*r, joined, [&](const Row& row) {
-      headers.see(row, columns);
-      for (std::size_t c = 0; c < columns.size(); ++c) {
-        const Record::Entry* e = row.column(columns[c].key);
-        t.add_cell(c, e ? e->cell : Cell::empty(), m_units);
-      }
-    });
+    add_rows(g, *r);
   }
-  std::vector<Column> named = headers.columns(columns);
+  name_columns(g);
+}
+
+void Output::add_rows(GrowingTable& g, const Record& record) {
+  TextTable& t = m_tables[g.table];
+  for_each_row(record, g.joined, [&](const Row& row) {
+    g.headers.see(row, g.columns);
+    for (std::size_t c = 0; c < g.columns.size(); ++c) {
+      const Record::Entry* e = row.column(g.columns[c].key);
+      t.add_cell(c, e ? e->cell : Cell::empty(), m_units);
+    }
+  });
+}
+
+void Output::name_columns(const GrowingTable& g) {
+  std::vector<Column> named = g.headers.columns(g.columns);
   for (std::size_t c = 0; c < named.size(); ++c) {
-    t.headers[c] = std::move(named[c].header);
+    m_tables[g.table].headers[c] = std::move(named[c].header);
   }
 }
 
@@ -185,14 +193,7 @@ void Output::item(const Record& record) {
   case Format::table:
   case Format::md:
     for (GrowingTable& g : m_growing) {
-      TextTable& t = m_tables[g.table];
-      for_each_row(record, g.joined, [&](const Row& row) {
-        g.headers.see(row, g.columns);
-        for (std::size_t c = 0; c < g.columns.size(); ++c) {
-          const Record::Entry* e = row.column(g.columns[c].key);
-          t.add_cell(c, e ? e->cell : Cell::empty(), m_units);
-        }
-      });
+      add_rows(g, record);
     }
     break;
   }
@@ -225,11 +226,8 @@ void Output::finish(const std::vector<std::string>& warnings) {
     break;
   case Format::table:
   case Format::md:
-    for (GrowingTable& g : m_growing) {
-      std::vector<Column> named = g.headers.columns(g.columns);
-      for (std::size_t c = 0; c < named.size(); ++c) {
-        m_tables[g.table].headers[c] = std::move(named[c].header);
-      }
+    for (const GrowingTable& g : m_growing) {
+      name_columns(g);
     }
     if (m_format == Format::table) {
       m_buffer += render_text(m_tables);

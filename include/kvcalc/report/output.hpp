@@ -78,6 +78,10 @@ private:
     std::string joined;
     Headers headers;
   };
+  /// The rows `record` gives table `g`, formatted.
+  void add_rows(GrowingTable& g, const Record& record);
+  /// Table `g`'s headers, once its rows are in.
+  void name_columns(const GrowingTable& g);
   void json_key(std::string_view key);
   void flush_if_full();
 
