@@ -282,6 +282,9 @@ std::vector<RooflineRequest> base_requests(const RooflineArgs& args, const Roofl
         req.rates = in.profile ? device_rates(gpu, *in.profile)
                                : device_rates(gpu, in.efficiency.bandwidth, in.efficiency.flops);
         req.rates.links.domain = scale_up_domain(gpu, args.parallel.node_gpus());
+        EstimateChoice estimate = choose_estimator(gpu, in.profile ? &*in.profile : nullptr);
+        req.rates.estimate = std::move(estimate.estimator);
+        req.rates.estimate_note = std::move(estimate.note);
         req.cache = args.cache;
         req.weight_dtype = args.parallel.weight_dtype;
         req.parallel.gpus = args.parallel.deployment_gpus().value_or(0);
@@ -372,9 +375,9 @@ void write_crossover_plot(const std::string& path, const std::vector<Crossover>&
   write_text_file(path, render_svg({chart}), "--plot");
 }
 
-Record describe_op(const Op& o, double step_s) {
+Record describe_op(const Op& o, double step_s, bool estimated) {
   Record r;
-  r.reserve(16);
+  r.reserve(17);
   r.value("name", "op", Cell::text(std::string(o.name)));
   r.value("dtype", "dtype", Cell::text(std::string(o.dtype)));
   r.value("flops", "FLOPs", Cell::flop(o.flops));
@@ -390,6 +393,13 @@ Record describe_op(const Op& o, double step_s) {
                             : Cell::text("memory"));
   r.value("time_s", "time", Cell::seconds(o.time_s));
   r.value("exposed_s", "exposed", Cell::seconds(o.exposed_s));
+  if (estimated) {
+    Record& e = r.object("estimate");
+    e.value("time_s", "estimate", Cell::seconds(o.estimate_s));
+    e.value("exposed_s", "est. exposed", Cell::seconds(o.estimate_exposed_s));
+  } else {
+    r.value("estimate", Cell::empty(), k_json_only);
+  }
   r.value("variant", o.variant.empty() ? Cell::empty() : Cell::text(std::string(o.variant)));
   if (o.collective) {
     const Collective& c = *o.collective;
@@ -447,7 +457,7 @@ Record describe_step(const Scenario& s, const kv::Deployment& dep, bool with_ops
     auto& ops = r.list("ops");
     ops.reserve(res.ops.size());
     for (const Op& o : res.ops) {
-      ops.push_back(describe_op(o, res.stage_s));
+      ops.push_back(describe_op(o, res.stage_s, res.estimate.has_value()));
     }
   }
   Record& total = r.object("total");
@@ -463,6 +473,21 @@ Record describe_step(const Scenario& s, const kv::Deployment& dep, bool with_ops
   total.value("tokens_per_s", "tokens/s", Cell::number(res.tokens_per_s));
   total.value("tokens_per_s_per_gpu", "tok/s/GPU", Cell::number(res.tokens_per_s_per_gpu));
   total.value("time_per_token_s", "per token", Cell::seconds(res.time_per_token_s));
+  if (res.estimate) {
+    const StepEstimate& e = *res.estimate;
+    Record& x = r.object("estimate");
+    x.value("compute_s", Cell::seconds(e.compute_s));
+    x.value("communication_s", Cell::seconds(e.communication_s));
+    x.value("stage_s", Cell::seconds(e.stage_s));
+    x.value("time_s", "est. step", Cell::seconds(e.time_s));
+    x.value("tokens_per_s", "est. tokens/s", Cell::number(e.tokens_per_s));
+    x.value("tokens_per_s_per_gpu", "est. tok/s/GPU", Cell::number(e.tokens_per_s_per_gpu));
+    x.value("time_per_token_s", "est. per token", Cell::seconds(e.time_per_token_s));
+    x.value("dominant", Cell::text(std::string(e.dominant)));
+  } else {
+    r.value("estimate", Cell::empty(), k_json_only);
+  }
+  r.value("estimate_source", Cell::text(res.estimate_note));
   r.value("dominant", "dominant op", Cell::text(std::string(res.dominant)));
   describe_outcome(r, res.weights_fit ? Outcome::ok : Outcome::does_not_fit,
                    res.weights_fit ? std::string() : res.notes.front());
@@ -493,6 +518,10 @@ Record describe_unpriced(const RooflineRequest& q, Outcome outcome, const std::s
   Record& total = r.object("total", k_tables_only);
   for (const char* key : k_step_figures) {
     total.value(key, none);
+  }
+  Record& estimate = r.object("estimate", k_tables_only);
+  for (const char* key : k_step_figures) {
+    estimate.value(key, none);
   }
   r.value("dominant", none, k_tables_only);
   describe_outcome(r, outcome, reason);
@@ -689,40 +718,46 @@ std::vector<std::string> explain_step(const Scenario& s, const kv::Deployment& d
   return out;
 }
 
-/// The summary's columns: the table's, and in CSV the outcome.
-std::vector<ColumnRef> summary_columns() {
-  return {{"model"},
-          {"gpu"},
-          {"tp"},
-          {"phase"},
-          {"mla"},
-          {"batch"},
-          {"context"},
-          {"query_tokens", "", "query"},
-          {"total.time_s", "", "time_s"},
-          {"total.tokens_per_s", "", "tokens_per_s"},
-          {"total.tokens_per_s_per_gpu", "", "tokens_per_s_per_gpu"},
-          {"total.time_per_token_s", "", "time_per_token_s"},
-          {"dominant"}};
+/// The summary's columns: the table's, each figure of the bound followed by the estimate's
+/// (`estimates`: some GPU of the sweep has one), and in CSV the outcome.
+std::vector<ColumnRef> summary_columns(bool estimates) {
+  std::vector<ColumnRef> columns{{"model"}, {"gpu"},   {"tp"},      {"phase"},
+                                 {"mla"},   {"batch"}, {"context"}, {"query_tokens", "", "query"}};
+  for (const char* figure : k_step_figures) {
+    columns.push_back({"total." + std::string(figure), "", figure});
+    if (estimates) {
+      columns.push_back({"estimate." + std::string(figure), "", "estimate_" + std::string(figure)});
+    }
+  }
+  columns.push_back({"dominant"});
+  return columns;
 }
 
 /// The scenarios of a sweep as they are priced: each described and written at once, what the
 /// notes, the plot and the exit code need kept.
 class StepStream {
 public:
-  StepStream(CommandOutput& out, const RooflineArgs& args, std::size_t scenarios)
+  /// `estimates`: some scenario of the sweep runs on a GPU with an estimate.
+  StepStream(CommandOutput& out, const RooflineArgs& args, std::size_t scenarios, bool estimates)
       : m_out(out), m_args(args),
         // People read every op of one scenario, or of each with --ops.
         m_op_tables(out->for_people() && (args.ops || scenarios == 1)) {
-    std::vector<ColumnRef> columns = summary_columns();
-    m_summary = out->begin_table("", columns);
+    m_summary = out->begin_table("", summary_columns(estimates));
+    // The CSV keeps one set of columns whatever the GPUs: an estimate's are empty without one.
+    std::vector<ColumnRef> columns = summary_columns(true);
     columns.insert(columns.end(), {{"status"}, {"reason"}});
     out->csv_view(columns);
     out->begin_list("scenarios");
     m_op_columns = {{"name"},      {"dtype"}, {"flops"}, {"bytes"},
                     {"intensity"}, {"bound"}, {"time_s"}};
+    if (estimates) {
+      m_op_columns.push_back({"estimate.time_s"});
+    }
     if (args.overlap != Overlap::none) {
       m_op_columns.push_back({"exposed_s"});
+      if (estimates) {
+        m_op_columns.push_back({"estimate.exposed_s"});
+      }
     }
     m_op_columns.push_back({"share"});
     if (!args.plot.empty()) {
@@ -744,6 +779,12 @@ public:
                                       ? "; ops run one after another (no overlap)"
                                       : "; two-batch overlap: the shorter of compute and "
                                         "communication runs under the longer"));
+    }
+    if (m_estimate_notes.insert(s.result.estimate_note).second) {
+      m_out->note(m_summary, s.result.estimate
+                                 ? "estimate (est.): what the kernels reach, from the " +
+                                       s.result.estimate_note
+                                 : s.result.estimate_note);
     }
     if (m_plot) {
       m_plot->add(s);
@@ -814,6 +855,7 @@ private:
   std::size_t m_priced = 0;
   std::unordered_set<std::string> m_warnings_seen;
   std::unordered_set<std::string> m_unpriced_seen;
+  std::unordered_set<std::string> m_estimate_notes; ///< said under the table, each once
   std::vector<std::string> m_unpriced; ///< why steps were not priced, each once, in order
 };
 
@@ -834,7 +876,10 @@ int stream_steps(CommandOutput& out, const RooflineArgs& args, const RooflineInp
     count += (mla ? args.mla.size() : 1) * in.contexts.size() *
              args.batches_per_gpu.value_or(args.batches).size();
   }
-  StepStream stream(out, args, count);
+  bool estimates = std::any_of(bases.begin(), bases.end(), [](const RooflineRequest& r) {
+    return r.rates.estimate != nullptr;
+  });
+  StepStream stream(out, args, count, estimates);
   RooflineResult result; // one buffer for every scenario
   for_each_scenario(
       args, bases, in,

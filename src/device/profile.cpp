@@ -1,6 +1,8 @@
 #include <kvcalc/device/profile.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -45,6 +47,207 @@ std::optional<std::string> report_kind(const std::string& text) {
   return std::nullopt;
 }
 
+/// The longest floor a kernel may have: a millisecond. A larger one is a unit slip (4.3 for
+/// 4.3 µs), and every step it priced would be slow by a thousand.
+constexpr double k_max_floor_s = 1e-3;
+
+/// Reads the `efficiency` section of a profile (docs/device-profile.md).
+class EfficiencyReader {
+public:
+  explicit EfficiencyReader(const detail::MapReader& r) : m_r(r) {}
+
+  EfficiencyProfile read() const {
+    m_r.allow_only({"source", "gemm", "grouped_gemm", "decode_attention", "mla_decode",
+                    "prefill_attention", "elementwise", "all_reduce", "links", "step_overhead_s"});
+    EfficiencyProfile e;
+    e.source = m_r.required_text("source", "the measurements the figures come from");
+    detail::MapReader gemm = need_map(m_r, "gemm", "bf16, fp8 and fp8_block GEMMs");
+    gemm.allow_only({"bf16", "fp8", "fp8_block"});
+    e.gemm_bf16 = read_gemm(need_map(gemm, "bf16", "the bf16 GEMM"));
+    e.gemm_fp8 = read_gemm(need_map(gemm, "fp8", "the fp8 GEMM with per-tensor scales"));
+    e.gemm_fp8_block = read_gemm(need_map(gemm, "fp8_block", "the block-scaled fp8 GEMM"));
+
+    detail::MapReader grouped = need_map(m_r, "grouped_gemm", "the MoE module");
+    grouped.allow_only({"floor_s", "stream", "compute"});
+    e.grouped.floor_s = floor(grouped);
+    e.grouped.stream = fraction(grouped, "stream");
+    detail::MapReader compute = need_map(grouped, "compute", "compute against expert width");
+    compute.allow_only({"bf16", "fp8"});
+    e.grouped.compute_bf16 = curve(compute, "bf16", "expert_width");
+    e.grouped.compute_fp8 = curve(compute, "fp8", "expert_width");
+
+    detail::MapReader decode = need_map(m_r, "decode_attention", "decode attention by KV dtype");
+    decode.allow_only({"bf16", "fp8"});
+    e.decode_bf16 = read_decode(need_map(decode, "bf16", "decode attention over a bf16 cache"));
+    e.decode_fp8 = read_decode(need_map(decode, "fp8", "decode attention over an fp8 cache"));
+
+    detail::MapReader mla = need_map(m_r, "mla_decode", "MLA decode over the latent");
+    mla.allow_only({"floor_s", "bandwidth", "compute"});
+    e.mla_decode = {floor(mla), fraction(mla, "bandwidth"), fraction(mla, "compute")};
+
+    detail::MapReader prefill = need_map(m_r, "prefill_attention", "causal prefill attention");
+    prefill.allow_only({"bf16", "fp8"});
+    e.prefill_bf16 = read_prefill(need_map(prefill, "bf16", "prefill attention in bf16"));
+    e.prefill_fp8 = read_prefill(need_map(prefill, "fp8", "prefill attention in fp8"));
+
+    detail::MapReader elementwise = need_map(m_r, "elementwise", "norms, rotary, activations");
+    elementwise.allow_only({"floor_s", "bandwidth"});
+    e.elementwise = {floor(elementwise), fraction(elementwise, "bandwidth")};
+
+    detail::MapReader reduce = need_map(m_r, "all_reduce", "all-reduce tables");
+    reduce.allow_only({"graph", "eager"});
+    e.all_reduce_graph = all_reduce(reduce, "graph");
+    e.all_reduce_eager = all_reduce(reduce, "eager");
+
+    detail::MapReader links = need_map(m_r, "links", "fractions of each link's rate");
+    links.allow_only({"scale_up", "scale_out", "dispatch", "combine"});
+    e.links = {fraction(links, "scale_up"), fraction(links, "scale_out"),
+               fraction(links, "dispatch"), fraction(links, "combine")};
+    e.step_overhead_s = seconds(m_r, "step_overhead_s", k_max_floor_s * 100);
+    return e;
+  }
+
+private:
+  static detail::MapReader need_map(const detail::MapReader& r, std::string_view key,
+                                    std::string_view meaning) {
+    auto m = r.map(key);
+    if (!m) {
+      r.missing(key, meaning);
+    }
+    if (!m->yaml().IsMap()) {
+      r.fail(key, "'" + r.path_of(key) + "' must be a map (" + std::string(meaning) + ")");
+    }
+    return *m;
+  }
+
+  /// An efficiency: above 0 and at most 1 of the datasheet.
+  static double fraction(const detail::MapReader& r, std::string_view key) {
+    auto v = r.number(key);
+    if (!v) {
+      r.missing(key, "a fraction of the datasheet, above 0 and at most 1");
+    }
+    if (*v <= 0 || *v > 1) {
+      r.fail(key, "'" + r.path_of(key) + "' = " + *r.text(key) +
+                      " is not an efficiency: a fraction of the datasheet, above 0 and at most 1");
+    }
+    return *v;
+  }
+
+  static double seconds(const detail::MapReader& r, std::string_view key, double most) {
+    auto v = r.number(key);
+    if (!v) {
+      r.missing(key, "seconds");
+    }
+    if (*v > most) {
+      r.fail(key, "'" + r.path_of(key) + "' = " + *r.text(key) + " s is over " +
+                      fmt::format("{:g}", most) + " s: the unit is seconds (4.3 µs is 4.3e-6)");
+    }
+    return *v;
+  }
+
+  static double floor(const detail::MapReader& r) { return seconds(r, "floor_s", k_max_floor_s); }
+
+  /// A list of numbers under `key`, each positive; `ascending`: each above the one before.
+  static std::vector<double> numbers(const detail::MapReader& r, std::string_view key,
+                                     bool ascending) {
+    YAML::Node list = r.node(key);
+    if (!r.has(key) || !list.IsSequence() || list.size() == 0) {
+      r.fail(key, "'" + r.path_of(key) + "' must be a non-empty list of numbers");
+    }
+    std::vector<double> out;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      auto where = detail::location_of(list[i], r.locations()->file());
+      const std::string text = list[i].IsScalar() ? list[i].Scalar() : std::string();
+      char* end = nullptr;
+      double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v <= 0) {
+        throw InputError(where, "'" + r.path_of(key) + "[" + std::to_string(i) +
+                                    "]' must be a positive number, got '" + text + "'");
+      }
+      if (ascending && !out.empty() && v <= out.back()) {
+        throw InputError(where, "'" + r.path_of(key) + "' must ascend: " + text + " follows " +
+                                    fmt::format("{:g}", out.back()));
+      }
+      out.push_back(v);
+    }
+    return out;
+  }
+
+  /// {x_key: [...], efficiency: [...]}: as many efficiencies as points, each in (0, 1].
+  static Curve curve(const detail::MapReader& parent, std::string_view key,
+                     std::string_view x_key) {
+    detail::MapReader r = need_map(parent, key, "points and their efficiencies");
+    r.allow_only({x_key, "efficiency"});
+    Curve c;
+    c.x = numbers(r, x_key, true);
+    c.y = numbers(r, "efficiency", false);
+    if (c.y.size() != c.x.size()) {
+      r.fail("efficiency", "'" + r.path_of("efficiency") + "' has " + std::to_string(c.y.size()) +
+                               " values for " + std::to_string(c.x.size()) + " points of '" +
+                               r.path_of(x_key) + "'");
+    }
+    for (double y : c.y) {
+      if (y > 1) {
+        r.fail("efficiency", "'" + r.path_of("efficiency") + "' holds " + fmt::format("{:g}", y) +
+                                 ": an efficiency is a fraction of the datasheet, at most 1");
+      }
+    }
+    return c;
+  }
+
+  static GemmEfficiency read_gemm(const detail::MapReader& r) {
+    r.allow_only({"floor_s", "stream", "compute"});
+    return {floor(r), fraction(r, "stream"), curve(r, "compute", "rows")};
+  }
+
+  static EfficiencyProfile::DecodeAttention read_decode(const detail::MapReader& r) {
+    r.allow_only({"floor_s", "bandwidth", "compute"});
+    return {floor(r), curve(r, "bandwidth", "kv_bytes"), fraction(r, "compute")};
+  }
+
+  static EfficiencyProfile::PrefillAttention read_prefill(const detail::MapReader& r) {
+    r.allow_only({"floor_s", "compute"});
+    return {floor(r), curve(r, "compute", "tokens")};
+  }
+
+  static std::vector<AllReduceTable> all_reduce(const detail::MapReader& r, std::string_view key) {
+    YAML::Node list = r.node(key);
+    if (!r.has(key) || !list.IsSequence() || list.size() == 0) {
+      r.fail(key, "'" + r.path_of(key) + "' must be a list of {gpus, bytes, time_s} tables");
+    }
+    std::vector<AllReduceTable> out;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      detail::MapReader t(list[i], r.path_of(key) + "[" + std::to_string(i) + "]", r.locations());
+      if (!list[i].IsMap()) {
+        throw InputError(detail::location_of(list[i], r.locations()->file()),
+                         "an all-reduce table is a map {gpus, bytes, time_s}");
+      }
+      t.allow_only({"gpus", "bytes", "time_s"});
+      AllReduceTable table;
+      table.gpus = t.required_count("gpus", "the GPUs of the group measured");
+      if (table.gpus < 2) {
+        t.fail("gpus", "an all-reduce group has at least 2 GPUs");
+      }
+      for (const AllReduceTable& seen : out) {
+        if (seen.gpus == table.gpus) {
+          t.fail("gpus", "two tables for " + std::to_string(table.gpus) + " GPUs");
+        }
+      }
+      table.table.bytes = numbers(t, "bytes", true);
+      table.table.time_s = numbers(t, "time_s", false);
+      if (table.table.time_s.size() != table.table.bytes.size()) {
+        t.fail("time_s", "'" + t.path_of("time_s") + "' has " +
+                             std::to_string(table.table.time_s.size()) + " times for " +
+                             std::to_string(table.table.bytes.size()) + " sizes");
+      }
+      out.push_back(std::move(table));
+    }
+    return out;
+  }
+
+  const detail::MapReader& m_r;
+};
+
 } // namespace
 
 DeviceProfile parse_device_profile(const std::string& text, const std::string& file) {
@@ -61,8 +264,8 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& f
                                                          "docs/device-profile.md");
   detail::MapReader r(root, "", locations);
   r.allow_only({"kvcalc_device_profile", "device", "backend", "date", "bandwidth_bytes_per_s",
-                "flops_per_s", "link_bytes_per_s", "machine", "kernels", "memory_levels", "probes",
-                "spread_bound"});
+                "flops_per_s", "link_bytes_per_s", "efficiency", "applies_to", "machine", "kernels",
+                "memory_levels", "probes", "spread_bound"});
   u64 version = r.required_count("kvcalc_device_profile", "the profile format version, 1");
   if (version != 1) {
     r.fail("kvcalc_device_profile",
@@ -93,6 +296,21 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& f
                           "one (bf16: 780e12), as kvcalc measure writes it");
   }
   p.link_bytes_per_s = r.device_rate("link_bytes_per_s").value_or(0);
+  if (auto efficiency = r.map("efficiency")) {
+    if (!efficiency->yaml().IsMap()) {
+      r.fail("efficiency", "'efficiency' must be a map (docs/device-profile.md)");
+    }
+    p.efficiency = EfficiencyReader(*efficiency).read();
+  }
+  if (auto applies = r.map("applies_to")) {
+    if (!applies->yaml().IsMap()) {
+      r.fail("applies_to", "'applies_to' maps each catalog GPU to how the profile applies");
+    }
+    for (const auto& entry : applies->yaml()) {
+      std::string gpu = entry.first.Scalar();
+      p.applies_to.emplace_back(gpu, applies->required_text(gpu, "how the profile applies"));
+    }
+  }
   return p;
 }
 
@@ -114,8 +332,91 @@ std::string device_profile_yaml(const DeviceProfile& p) {
   if (p.link_bytes_per_s > 0) {
     y << "link_bytes_per_s: " << num(p.link_bytes_per_s) << "\n";
   }
+  if (p.efficiency) {
+    y << efficiency_yaml(*p.efficiency);
+  }
   y << p.details_yaml;
   return y.str();
+}
+
+std::string efficiency_yaml(const EfficiencyProfile& e) {
+  auto num = [](double v) { return fmt::format("{:.6g}", v); };
+  auto list = [&](const std::vector<double>& v) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      out += (i ? ", " : "") + num(v[i]);
+    }
+    return out + "]";
+  };
+  auto curve = [&](const char* x_key, const Curve& c) {
+    return fmt::format("{{{}: {}, efficiency: {}}}", x_key, list(c.x), list(c.y));
+  };
+  std::ostringstream y;
+  y << "efficiency:\n";
+  y << "  source: \"" << e.source << "\"\n";
+  y << "  gemm:\n";
+  for (auto [name, g] : {std::pair{"bf16", &e.gemm_bf16}, std::pair{"fp8", &e.gemm_fp8},
+                         std::pair{"fp8_block", &e.gemm_fp8_block}}) {
+    y << "    " << name << ": {floor_s: " << num(g->floor_s) << ", stream: " << num(g->stream)
+      << ", compute: " << curve("rows", g->compute) << "}\n";
+  }
+  y << "  grouped_gemm:\n";
+  y << "    floor_s: " << num(e.grouped.floor_s) << "\n";
+  y << "    stream: " << num(e.grouped.stream) << "\n";
+  y << "    compute:\n";
+  y << "      bf16: " << curve("expert_width", e.grouped.compute_bf16) << "\n";
+  y << "      fp8: " << curve("expert_width", e.grouped.compute_fp8) << "\n";
+  y << "  decode_attention:\n";
+  for (auto [name, a] : {std::pair{"bf16", &e.decode_bf16}, std::pair{"fp8", &e.decode_fp8}}) {
+    y << "    " << name << ": {floor_s: " << num(a->floor_s)
+      << ", bandwidth: " << curve("kv_bytes", a->bandwidth) << ", compute: " << num(a->compute)
+      << "}\n";
+  }
+  y << "  mla_decode: {floor_s: " << num(e.mla_decode.floor_s)
+    << ", bandwidth: " << num(e.mla_decode.bandwidth) << ", compute: " << num(e.mla_decode.compute)
+    << "}\n";
+  y << "  prefill_attention:\n";
+  for (auto [name, a] : {std::pair{"bf16", &e.prefill_bf16}, std::pair{"fp8", &e.prefill_fp8}}) {
+    y << "    " << name << ": {floor_s: " << num(a->floor_s)
+      << ", compute: " << curve("tokens", a->compute) << "}\n";
+  }
+  y << "  elementwise: {floor_s: " << num(e.elementwise.floor_s)
+    << ", bandwidth: " << num(e.elementwise.bandwidth) << "}\n";
+  y << "  all_reduce:\n";
+  for (auto [name, tables] :
+       {std::pair{"graph", &e.all_reduce_graph}, std::pair{"eager", &e.all_reduce_eager}}) {
+    y << "    " << name << ":\n";
+    for (const AllReduceTable& t : *tables) {
+      y << "      - {gpus: " << t.gpus << ", bytes: " << list(t.table.bytes)
+        << ", time_s: " << list(t.table.time_s) << "}\n";
+    }
+  }
+  y << "  links: {scale_up: " << num(e.links.scale_up) << ", scale_out: " << num(e.links.scale_out)
+    << ", dispatch: " << num(e.links.dispatch) << ", combine: " << num(e.links.combine) << "}\n";
+  y << "  step_overhead_s: " << num(e.step_overhead_s) << "\n";
+  return y.str();
+}
+
+const std::vector<DeviceProfile>& typical_profiles() {
+  static const std::vector<DeviceProfile> profiles = [] {
+    std::vector<DeviceProfile> out;
+    for (const EmbeddedFile& f : builtin_profile_files()) {
+      out.push_back(parse_device_profile(std::string(f.text), std::string(f.path)));
+    }
+    return out;
+  }();
+  return profiles;
+}
+
+std::optional<TypicalProfile> typical_profile(const Gpu& gpu) {
+  for (const DeviceProfile& p : typical_profiles()) {
+    for (const auto& [name, how] : p.applies_to) {
+      if (ascii_lower(name) == ascii_lower(gpu.name)) {
+        return TypicalProfile{&p, how};
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<u64> meminfo_bytes(std::string_view key) {

@@ -64,6 +64,8 @@ Collective all_reduce(const Topology& t, u64 group, double bytes) {
   u64 local = group_in_domain(t, group);
   if (local == group) {
     Collective c = flat_all_reduce(group, bytes, t.up_bytes_per_s, t.up_latency_s);
+    c.kind = CollectiveKind::all_reduce;
+    c.message_bytes = bytes;
     return c;
   }
   need_network(t, group, local);
@@ -75,6 +77,8 @@ Collective all_reduce(const Topology& t, u64 group, double bytes) {
   Collective across =
       flat_all_reduce(domains, bytes / d(local), t.out_bytes_per_s, t.out_latency_s);
   Collective c;
+  c.kind = CollectiveKind::all_reduce;
+  c.message_bytes = bytes;
   bool one_shot = across.algorithm == "one-shot";
   c.algorithm = local == 1 ? across.algorithm
                 : one_shot ? "hierarchical, one-shot across domains"
@@ -91,6 +95,8 @@ Collective all_reduce(const Topology& t, u64 group, double bytes) {
 Collective expert_exchange(const Topology& t, u64 group, double tokens, double k, double bytes,
                            u64 local) {
   Collective c;
+  c.kind = CollectiveKind::dispatch;
+  c.message_bytes = tokens * bytes;
   c.group = group;
   c.algorithm = "deduplicated by domain";
   if (group <= 1 || tokens <= 0 || bytes <= 0) {
@@ -122,6 +128,8 @@ Collective expert_exchange(const Topology& t, u64 group, double tokens, double k
 
 Collective send(const Topology& t, bool crosses_domain, double bytes) {
   Collective c;
+  c.kind = CollectiveKind::send;
+  c.message_bytes = bytes;
   c.group = 2;
   c.algorithm = "send";
   if (bytes <= 0) {

@@ -116,11 +116,13 @@ std::string_view prefixed(const char* prefix, const char* name) {
 /// the ops it holds beyond are left for the caller to drop, their buffers reused meanwhile.
 class OpSink {
 public:
-  OpSink(const DeviceRates& rates, std::vector<Op>& out, std::size_t first, const char* prefix)
-      : m_rates(rates), m_out(out), m_next(first), m_prefix(prefix) {}
+  OpSink(const DeviceRates& rates, const StepLoad& load, std::vector<Op>& out, std::size_t first,
+         const char* prefix)
+      : m_rates(rates), m_graph(load.prefill_tokens == 0), m_out(out), m_next(first),
+        m_prefix(prefix) {}
 
   void add(const char* name, DType dtype, double flops, double weights, double activations,
-           double kv, const char* variant = "") {
+           double kv, const Kernels& kernels, const char* variant = "") {
     Op& op = next(name, dtype);
     op.flops = flops;
     op.weight_bytes = weights;
@@ -136,6 +138,9 @@ public:
     OpTime t = op_time(flops, op.bytes, peak, bw);
     op.compute_bound = t.compute_s > t.memory_s;
     op.time_s = t.time_s();
+    if (m_rates.estimate) {
+      op.estimate_s = m_rates.estimate->op_s(kernels, dtype, flops, weights, activations, kv);
+    }
   }
 
   /// `count` collectives `c` of the step (one per layer, say).
@@ -148,6 +153,9 @@ public:
     op.bytes = op.activation_bytes;
     op.communication = true;
     op.time_s = c.time_s * count;
+    if (m_rates.estimate) {
+      op.estimate_s = m_rates.estimate->collective_s(c, m_rates.links, m_graph) * count;
+    }
     op.collective = c;
     op.collectives = count;
   }
@@ -169,26 +177,33 @@ private:
   }
 
   const DeviceRates& m_rates;
+  bool m_graph; ///< a decode-only step, replayed in a CUDA graph
   std::vector<Op>& m_out;
   std::size_t m_next;
   const char* m_prefix;
 };
 
-/// Sums the time of the ops of one step, allocating nothing (the simulator's path).
+/// Sums the time of the ops of one step, allocating nothing (the simulator's path): the
+/// bound's, or the estimate's where asked and the rates carry one.
 class TimeSink {
 public:
-  explicit TimeSink(const DeviceRates& rates) : m_rates(rates) {}
+  TimeSink(const DeviceRates& rates, const StepLoad& load, Pricing pricing)
+      : m_rates(rates), m_estimate(pricing == Pricing::estimate ? rates.estimate.get() : nullptr),
+        m_graph(load.prefill_tokens == 0) {}
 
   void add(const char* /*name*/, DType dtype, double flops, double weights, double activations,
-           double kv, const char* /*variant*/ = "") {
-    m_compute += op_time(flops, weights + activations + kv, peak_of(m_rates.flops_per_s, dtype),
-                         m_rates.bandwidth_bytes_per_s)
-                     .time_s();
+           double kv, const Kernels& kernels, const char* /*variant*/ = "") {
+    m_compute += m_estimate
+                     ? m_estimate->op_s(kernels, dtype, flops, weights, activations, kv)
+                     : op_time(flops, weights + activations + kv,
+                               peak_of(m_rates.flops_per_s, dtype), m_rates.bandwidth_bytes_per_s)
+                           .time_s();
   }
 
   void collective(const char* /*name*/, DType /*dtype*/, const Collective& c, double count) {
     if (count > 0) {
-      m_communication += c.time_s * count;
+      m_communication +=
+          (m_estimate ? m_estimate->collective_s(c, m_rates.links, m_graph) : c.time_s) * count;
     }
   }
 
@@ -197,6 +212,8 @@ public:
 
 private:
   const DeviceRates& m_rates;
+  const Estimator* m_estimate;
+  bool m_graph;
   double m_compute = 0;
   double m_communication = 0;
 };
@@ -209,8 +226,12 @@ StepLoad StepLoad::scaled_attention(double f) const {
     x.query *= f;
     x.attended *= f;
     x.held *= f;
+    x.prefill_query *= f;
+    x.prefill_attended *= f;
+    x.prefill_held *= f;
   };
   out.attention_tokens *= f;
+  out.prefill_tokens *= f;
   out.sequences *= f;
   for (AttentionLoad* path : {&out.absorbed, &out.naive}) {
     for (AttentionSums& k : path->kinds) {
@@ -239,6 +260,8 @@ void repeat(Op& o, double times) {
   o.bytes *= times;
   o.time_s *= times;
   o.exposed_s *= times;
+  o.estimate_s *= times;
+  o.estimate_exposed_s *= times;
   o.collectives *= times;
 }
 
@@ -247,13 +270,19 @@ void repeat(Op& o, double times) {
 void expose(std::span<Op> ops, Overlap overlap) {
   double compute = 0;
   double communication = 0;
+  double estimate_compute = 0;
+  double estimate_communication = 0;
   for (const Op& o : ops) {
     (o.communication ? communication : compute) += o.time_s;
+    (o.communication ? estimate_communication : estimate_compute) += o.estimate_s;
   }
   bool hide_communication = compute >= communication;
+  bool estimate_hides_communication = estimate_compute >= estimate_communication;
   for (Op& o : ops) {
-    bool hidden = overlap == Overlap::two_batch && o.communication == hide_communication;
-    o.exposed_s = hidden ? 0 : o.time_s;
+    bool two_batch = overlap == Overlap::two_batch;
+    o.exposed_s = two_batch && o.communication == hide_communication ? 0 : o.time_s;
+    o.estimate_exposed_s =
+        two_batch && o.communication == estimate_hides_communication ? 0 : o.estimate_s;
   }
 }
 
@@ -327,6 +356,7 @@ void place_cache(StepShape& shape, const Model& m, const RooflineRequest& req, u
       k.stored = d(g.layers);
       k.window = d(spec.window);
       k.kv_rate = d(spec.bytes_per_token);
+      shape.math.kv = spec.format.dtype;
       k.sliding_geometry = spec.kind == CacheKind::sliding && m.sliding_attention.has_value();
       break;
     }
@@ -512,6 +542,8 @@ StepShape shape_of(const RooflineRequest& req, const Deployment& deployment) {
   // 4-bit and int8 weight-only formats dequantize to the activation dtype.
   shape.math.attention = formats.format("attention.o_proj").math_dtype(m.dtype);
   shape.math.expert = formats.format("moe.experts.down_proj").math_dtype(m.dtype);
+  shape.math.attention_blocks = formats.format("attention.o_proj").layout == ScaleLayout::block;
+  shape.math.expert_blocks = formats.format("moe.experts.down_proj").layout == ScaleLayout::block;
   place_attention(shape, m, attention_tp, formats);
   if (shape.mla_model) {
     // W_UK and W_UV are used in the activation dtype whether folded into the query
@@ -567,20 +599,29 @@ void StepCost::add(StepLoad& load, Phase phase, u64 s, u64 prefix, double copies
   load.logits += phase == Phase::decode ? copies * query : copies;
   load.attention_tokens += attention_copies * query;
   load.sequences += attention_copies;
+  bool prefill = phase != Phase::decode;
+  if (prefill) {
+    load.prefill_tokens += attention_copies * query;
+  }
+  auto tally = [&](AttentionSums& sums, double attended, double held) {
+    sums.query += attention_copies * query;
+    sums.attended += attention_copies * query * attended;
+    sums.held += attention_copies * held;
+    if (prefill) {
+      sums.prefill_query += attention_copies * query;
+      sums.prefill_attended += attention_copies * query * attended;
+      sums.prefill_held += attention_copies * held;
+    }
+  };
   bool absorbed = !m_shape.mla_model || resolve_mla_mode(m_req.mla, phase, s) == MlaMode::absorbed;
   AttentionLoad& path = absorbed ? load.absorbed : load.naive;
   for (std::size_t i = 0; i < m_shape.present_count; ++i) {
     std::size_t k = m_shape.present[i];
     double cap = m_shape.kinds[k].cap;
-    AttentionSums& sums = path.kinds[k];
-    sums.query += attention_copies * query;
-    sums.attended += attention_copies * query * (cap > 0 ? std::min(t_eff, cap) : t_eff);
-    sums.held += attention_copies * (cap > 0 ? std::min(t, cap) : t);
+    tally(path.kinds[k], cap > 0 ? std::min(t_eff, cap) : t_eff, cap > 0 ? std::min(t, cap) : t);
   }
   if (m_shape.indexer.layers > 0) {
-    load.indexer.query += attention_copies * query;
-    load.indexer.attended += attention_copies * query * t_eff;
-    load.indexer.held += attention_copies * t;
+    tally(load.indexer, t_eff, t);
   }
 }
 
@@ -594,7 +635,8 @@ template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const
 
   // Norms and embedding lookups: memory traffic only.
   op.add("norms", m.dtype, 4 * n * h * d(m.norms_per_layer) * L, 0,
-         2 * n * h * w * d(m.norms_per_layer) * L, 0);
+         2 * n * h * w * d(m.norms_per_layer) * L, 0,
+         {KernelClass::elementwise, d(m.norms_per_layer) * L});
   projections(load, op);
   indexer(load, op);
   attention_core(load, op);
@@ -604,16 +646,17 @@ template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const
     }
     op.add(g == &x.sliding ? "attention.o_proj.sliding" : "attention.o_proj", x.math.attention,
            2 * n * g->v_width * h * g->layers, g->w_o * g->layers,
-           n * (g->v_width + h) * w * g->layers, 0);
+           n * (g->v_width + h) * w * g->layers, 0, gemm(g->layers, n));
   }
   state_layers(load, op);
   if (x.other.params > 0) {
-    op.add("layers.other", x.math.attention, 2 * n * x.other.params, x.other.weights, 0, 0);
+    op.add("layers.other", x.math.attention, 2 * n * x.other.params, x.other.weights, 0, 0,
+           gemm(L, n));
   }
   if (m_draft) {
     // The MTP module's own projection of [embedding; hidden] (2h → h) before its layer.
     op.add("eh_proj", x.math.attention, 2 * n * 2 * h * h, 2 * h * h * w / x.split.attention_tp,
-           n * 3 * h * w, 0);
+           n * 3 * h * w, 0, gemm(1, n));
   }
   feed_forward(load, op);
   if (m_req.communication && x.split.attention_tp > 1) {
@@ -627,8 +670,8 @@ template <class Sink> void StepCost::build(const StepLoad& load, Sink& op) const
   // LM head: every new token in decode, the last token of each prompt in prefill/extend.
   double vocab = d(m.vocab_size) / x.split.attention_tp;
   double logits = load.logits * x.split.attention_share;
-  op.add("lm_head", m.dtype, 2 * logits * h * vocab, vocab * h * w, logits * (h * w + vocab * 4),
-         0);
+  op.add("lm_head", m.dtype, 2 * logits * h * vocab, vocab * h * w, logits * (h * w + vocab * 4), 0,
+         {KernelClass::gemm, 1, logits});
 }
 
 /// The attention projections into queries, keys and values (MLA: the low-rank ones and the
@@ -646,18 +689,19 @@ template <class Sink> void StepCost::projections(const StepLoad& load, Sink& op)
     double q_out = x.mla.q_out;
     if (md.q_lora_rank > 0) {
       op.add("attention.q_down", x.math.attention, 2 * n * h * d(md.q_lora_rank) * Lm,
-             x.mla.w_q_down * Lm, n * (h + d(md.q_lora_rank)) * w * Lm, 0);
+             x.mla.w_q_down * Lm, n * (h + d(md.q_lora_rank)) * w * Lm, 0, gemm(Lm, n));
       op.add("attention.q_up", x.math.attention, 2 * n * d(md.q_lora_rank) * q_out * Lm,
-             x.mla.w_q_up * Lm, n * (d(md.q_lora_rank) + q_out) * w * Lm, 0);
+             x.mla.w_q_up * Lm, n * (d(md.q_lora_rank) + q_out) * w * Lm, 0, gemm(Lm, n));
     } else {
       op.add("attention.q_proj", x.math.attention, 2 * n * h * q_out * Lm, x.mla.w_q * Lm,
-             n * (h + q_out) * w * Lm, 0);
+             n * (h + q_out) * w * Lm, 0, gemm(Lm, n));
     }
     double latent = d(md.kv_lora_rank + md.qk_rope_head_dim);
     op.add("attention.kv_down", x.math.attention, 2 * n * h * latent * Lm, x.mla.w_kv_down * Lm,
-           n * (h + latent) * w * Lm, 0);
+           n * (h + latent) * w * Lm, 0, gemm(Lm, n));
     op.add("attention.rotary", m.dtype, 3 * n * (heads + 1) * d(md.qk_rope_head_dim) * Lm, 0,
-           2 * n * (heads + 1) * d(md.qk_rope_head_dim) * w * Lm, 0);
+           2 * n * (heads + 1) * d(md.qk_rope_head_dim) * w * Lm, 0,
+           {KernelClass::elementwise, Lm});
   } else {
     for (const AttentionGeometry* g : {&x.main, &x.sliding}) {
       if (g->layers == 0) {
@@ -666,19 +710,23 @@ template <class Sink> void StepCost::projections(const StepLoad& load, Sink& op)
       bool own = g == &x.sliding;
       op.add(own ? "attention.qkv_proj.sliding" : "attention.qkv_proj", x.math.attention,
              2 * n * h * g->qkv_out * g->layers, g->w_qkv * g->layers,
-             n * (h + g->qkv_out) * w * g->layers, 0);
+             n * (h + g->qkv_out) * w * g->layers, 0, gemm(g->layers, n));
       op.add(own ? "attention.rotary.sliding" : "attention.rotary", m.dtype,
              3 * n * (g->heads + g->kv_heads) * g->head_dim * g->layers, 0,
-             2 * n * (g->heads + g->kv_heads) * g->head_dim * w * g->layers, 0);
+             2 * n * (g->heads + g->kv_heads) * g->head_dim * w * g->layers, 0,
+             {KernelClass::elementwise, g->layers});
     }
   }
   if (x.main.layers + x.sliding.layers > 0) {
     double kv_written = 0;
+    double storing = 0;
     for (const AttentionKindShape& k : x.kinds) {
       kv_written += k.kv_rate * k.stored;
+      storing += k.stored;
     }
     op.add("attention.kv_write", m.dtype, 0, 0, 0,
-           n * (kv_written + x.indexer.rate * x.indexer.layers));
+           n * (kv_written + x.indexer.rate * x.indexer.layers),
+           {KernelClass::elementwise, storing + x.indexer.layers});
   }
 }
 
@@ -696,7 +744,8 @@ template <class Sink> void StepCost::indexer(const StepLoad& load, Sink& op) con
          2 * x.attended * ix.heads * ix.head_dim * ix.layers +
              2 * x.query * (ix.weights / w) * ix.layers,
          ix.weights * ix.layers, x.query * (h + ix.heads * ix.head_dim) * w * ix.layers,
-         x.held * ix.rate * ix.layers);
+         x.held * ix.rate * ix.layers,
+         {.kind = KernelClass::attention, .calls = ix.layers, .sums = &x, .kv = DType::fp8_e4m3});
 }
 
 /// The attention core, per layer kind (windows, chunks and DSA's top-k cap what is attended);
@@ -723,7 +772,8 @@ template <class Sink> void StepCost::attention_core(const StepLoad& load, Sink& 
       const AttentionGeometry& g = k.sliding_geometry ? x.sliding : x.main;
       double dk = g.head_dim + g.v_head_dim;
       op.add(core, m.dtype, 2 * g.heads * ab.attended * dk * count, 0,
-             ab.query * g.heads * dk * w * count, ab.held * kv_rate * count);
+             ab.query * g.heads * dk * w * count, ab.held * kv_rate * count,
+             {.kind = KernelClass::attention, .calls = count, .sums = &ab, .kv = x.math.kv});
       continue;
     }
     const MlaDims& md = m.attention.mla;
@@ -737,13 +787,13 @@ template <class Sink> void StepCost::attention_core(const StepLoad& load, Sink& 
       // W_UK folded into the query, attention over the d_c + d_R latent, W_UV after.
       op.add("attention.absorb_uk", x.math.absorb, 2 * ab.query * heads * dn * dc * count,
              w_absorb * dn / (dn + dv) * count, ab.query * heads * (dn + dc) * w * count, 0,
-             "absorbed");
+             gemm(count, ab.query), "absorbed");
       op.add(core, m.dtype, 2 * heads * ab.attended * ((dc + dr) + dc) * count, 0,
              ab.query * heads * ((dc + dr) + dc) * w * count, ab.held * kv_rate * count,
-             "absorbed");
+             {KernelClass::mla_attention, count}, "absorbed");
       op.add("attention.absorb_uv", x.math.absorb, 2 * ab.query * heads * dc * dv * count,
              w_absorb * dv / (dn + dv) * count, ab.query * heads * (dc + dv) * w * count, 0,
-             "absorbed");
+             gemm(count, ab.query), "absorbed");
     }
     if (nv.query > 0) {
       // Decompress every attended latent into per-head K (nope) and V, then attend per head.
@@ -751,10 +801,10 @@ template <class Sink> void StepCost::attention_core(const StepLoad& load, Sink& 
       bool materialized = m_req.naive_kv == NaiveKv::materialized;
       op.add(k_decompress[kind], x.math.absorb, 2 * nv.held * dc * heads * (dn + dv) * count,
              w_absorb * count, (materialized ? expanded : 0) * count, nv.held * kv_rate * count,
-             "naive");
+             gemm(count, nv.held), "naive");
       op.add(core, m.dtype, 2 * heads * nv.attended * (dn + dr + dv) * count, 0,
              (nv.query * heads * (dn + dr + dv) * w + (materialized ? expanded : 0)) * count, 0,
-             "naive");
+             {.kind = KernelClass::attention, .calls = count, .sums = &nv, .kv = m.dtype}, "naive");
     }
   }
 }
@@ -770,9 +820,9 @@ template <class Sink> void StepCost::state_layers(const StepLoad& load, Sink& op
   double h = d(m_req.model.hidden_size);
   double w = m_shape.activation_bytes;
   op.add("state.proj", m_shape.math.attention, 2 * n * st.params * st.layers,
-         st.weights * st.layers, 2 * n * h * w * st.layers, 0);
+         st.weights * st.layers, 2 * n * h * w * st.layers, 0, gemm(st.layers, n));
   op.add("state.scan", DType::fp32, 4 * n * st.elements * st.layers, 0, 0,
-         2 * load.sequences * st.bytes * st.layers);
+         2 * load.sequences * st.bytes * st.layers, {KernelClass::elementwise, st.layers});
 }
 
 /// The MLP: dense layers, then MoE layers.
@@ -786,8 +836,11 @@ template <class Sink> void StepCost::feed_forward(const StepLoad& load, Sink& op
     double gate = m.mlp.kind == MlpKind::gated ? 3 : 2;
     double width = x.ffn.mlp_width;
     double dense = x.layers.dense;
+    // Two GEMMs a layer (gate and up fused, then down) and the activation between them.
+    Kernels kernels = gemm(2 * dense, n);
+    kernels.elementwise_calls = dense;
     op.add("mlp", x.math.attention, 2 * n * h * width * gate * dense, gate * x.ffn.w_mlp * dense,
-           n * (2 * h + gate * width) * w * dense, 0);
+           n * (2 * h + gate * width) * w * dense, 0, kernels);
   }
   if (x.layers.moe > 0) {
     experts(load, op);
@@ -808,7 +861,7 @@ template <class Sink> void StepCost::experts(const StepLoad& load, Sink& op) con
   double k = d(e.experts_per_token);
   double experts = d(e.routed_experts);
   op.add("moe.router", m.dtype, 2 * n * h * experts * ml, h * experts * w * ml,
-         n * (h + experts) * w * ml, 0);
+         n * (h + experts) * w * ml, 0, {KernelClass::gemm, ml, n});
   // The expert group serves the tokens of every copy it spans; this GPU takes 1/ep of their
   // token-expert pairs (times the imbalance), each expert's width split over expert_tp.
   double group_tokens = load.tokens * x.split.expert_copies;
@@ -819,11 +872,13 @@ template <class Sink> void StepCost::experts(const StepLoad& load, Sink& op) con
                    expected_experts(e.routed_experts, e.experts_per_token, group_tokens) / experts;
   op.add("moe.experts", x.math.expert, 2 * pairs * h * ie * gate * ml,
          touched * gate * x.ffn.w_expert / x.split.expert_tp * ml,
-         pairs * (2 * h + gate * ie) * w * ml, 0);
+         pairs * (2 * h + gate * ie) * w * ml, 0, {KernelClass::grouped_gemm, ml, ie});
   if (e.shared_expert_intermediate_size > 0) {
     double width = x.ffn.shared_width;
+    Kernels kernels = gemm(2 * ml, n);
+    kernels.elementwise_calls = ml;
     op.add("moe.shared_experts", x.math.attention, 2 * n * h * width * gate * ml,
-           gate * x.ffn.w_shared * ml, n * (2 * h + gate * width) * w * ml, 0);
+           gate * x.ffn.w_shared * ml, n * (2 * h + gate * width) * w * ml, 0, kernels);
   }
   if (m_req.communication && x.split.all_to_all) {
     // Each GPU sends its slice of the copy's tokens to the k experts of each (dispatch) and
@@ -835,13 +890,14 @@ template <class Sink> void StepCost::experts(const StepLoad& load, Sink& op) con
     op.collective(
         "moe.dispatch", x.math.dispatch,
         expert_exchange(links, group, sent, k, x.ffn.dispatch_bytes, x.split.expert_local), ml);
-    op.collective("moe.combine", m.dtype,
-                  expert_exchange(links, group, sent, k, h * w, x.split.expert_local), ml);
+    Collective combine = expert_exchange(links, group, sent, k, h * w, x.split.expert_local);
+    combine.kind = CollectiveKind::combine;
+    op.collective("moe.combine", m.dtype, combine, ml);
   }
 }
 
-double StepCost::time_s(const StepLoad& load) const {
-  TimeSink sink(m_req.rates);
+double StepCost::time_s(const StepLoad& load, Pricing pricing) const {
+  TimeSink sink(m_req.rates, load, pricing);
   if (m_req.overlap == Overlap::none) {
     build(load, sink);
     return sink.compute() + sink.communication();
@@ -857,7 +913,7 @@ std::vector<Op> StepCost::ops(const StepLoad& load) const {
 }
 
 void StepCost::ops(const StepLoad& load, std::vector<Op>& out, std::size_t first) const {
-  OpSink sink(m_req.rates, out, first, m_draft ? "mtp." : "");
+  OpSink sink(m_req.rates, load, out, first, m_draft ? "mtp." : "");
   bool halves = m_req.overlap == Overlap::two_batch;
   build(halves ? load.scaled(0.5) : load, sink);
   out.resize(sink.end());
@@ -908,15 +964,21 @@ Collective StepCost::stage_transfer(const StepLoad& load) const {
               load.attention_tokens * d(m_req.model.hidden_size) * w / m_shape.split.attention_tp);
 }
 
-double StepCost::pipeline_time_s(const StepLoad& load, u64 sequences) const {
+double StepCost::pipeline_time_s(const StepLoad& load, u64 sequences, Pricing pricing) const {
   u64 pp = m_req.parallel.pp;
   if (pp <= 1) {
-    return time_s(load);
+    return time_s(load, pricing);
   }
   u64 micro_batches = std::clamp<u64>(sequences, 1, pp);
   StepLoad micro = load.scaled(1.0 / d(micro_batches));
-  double transfer = m_req.communication ? stage_transfer(micro).time_s : 0;
-  return d(pp) * time_s(micro) + d(pp - 1) * transfer;
+  double transfer = m_req.communication ? transfer_s(stage_transfer(micro), pricing) : 0;
+  return d(pp) * time_s(micro, pricing) + d(pp - 1) * transfer;
+}
+
+double StepCost::transfer_s(const Collective& c, Pricing pricing) const {
+  const DeviceRates& r = m_req.rates;
+  return pricing == Pricing::estimate && r.estimate ? r.estimate->collective_s(c, r.links, false)
+                                                    : c.time_s;
 }
 
 namespace {
@@ -1019,8 +1081,10 @@ void Roofline::price(const RooflineRequest& req, RooflineResult& out) const {
   std::vector<Op> ops = std::move(out.ops);
   std::vector<std::string> notes = std::move(out.notes);
   std::string source = std::move(out.rates_source);
+  std::string estimate_note = std::move(out.estimate_note);
   out = RooflineResult{};
   out.rates_source = std::move(source);
+  out.estimate_note = std::move(estimate_note);
   out.rates_source.assign(m_req.rates.source);
 
   // Step shape: s new tokens per request attending t tokens, t_eff on average (causal).
@@ -1087,12 +1151,39 @@ void Roofline::price(const RooflineRequest& req, RooflineResult& out) const {
                                                 : in_flight / std::max(out.stage_s, transfer);
   out.tokens_per_s_per_gpu = out.tokens_per_s / d(out.gpus);
   out.time_per_token_s = req.phase == Phase::decode ? out.time_s / out.tokens_per_step : out.time_s;
+  out.estimate_note.assign(m_req.rates.estimate_note);
+  if (m_req.rates.estimate) {
+    out.estimate = estimate_totals(out, req, in_flight, pp);
+  }
   out.weights_fit = m_weights_fit;
   out.notes = std::move(notes);
   out.notes.clear();
   if (!m_weights_fit) {
     out.notes.push_back(m_weights_note);
   }
+}
+
+StepEstimate Roofline::estimate_totals(const RooflineResult& bound, const RooflineRequest& req,
+                                       double in_flight, double pp) const {
+  StepEstimate e;
+  const Op* longest = nullptr;
+  for (const Op& o : bound.ops) {
+    (o.communication ? e.communication_s : e.compute_s) += o.estimate_s;
+    e.stage_s += o.estimate_exposed_s;
+    if (!longest || o.estimate_s > longest->estimate_s) {
+      longest = &o;
+    }
+  }
+  e.dominant = longest ? longest->name : std::string_view();
+  double transfer =
+      bound.stage_transfer ? m_cost.transfer_s(*bound.stage_transfer, Pricing::estimate) : 0;
+  // The engine's own time runs once a step, whatever the stages.
+  e.time_s = pp * e.stage_s + (pp - 1) * transfer + m_req.rates.estimate->step_overhead_s();
+  bool decode = req.phase == Phase::decode;
+  e.tokens_per_s = decode ? pp * in_flight / e.time_s : in_flight / std::max(e.stage_s, transfer);
+  e.tokens_per_s_per_gpu = e.tokens_per_s / d(bound.gpus);
+  e.time_per_token_s = decode ? e.time_s / bound.tokens_per_step : e.time_s;
+  return e;
 }
 
 void check_step(const RooflineRequest& request) {

@@ -3,9 +3,14 @@
 /// (docs/device-profile.md), and the measured device as a catalog entry for `--gpu auto`.
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
+#include <kvcalc/core/embedded.hpp>
+#include <kvcalc/device/efficiency.hpp>
 #include <kvcalc/device/gpu.hpp>
 
 namespace kvcalc::device {
@@ -19,6 +24,11 @@ struct DeviceProfile {
   double bandwidth_bytes_per_s = 0;
   PeakFlops flops_per_s;       ///< measured; unset dtypes were not measured
   double link_bytes_per_s = 0; ///< 0: not measured
+  /// Kernels' and links' efficiencies over their shape; the estimate's (none: not measured).
+  std::optional<EfficiencyProfile> efficiency;
+  /// Catalog GPUs the efficiencies apply to, each with how (a typical profile's; measured
+  /// profiles apply to the device they measured).
+  std::vector<std::pair<std::string, std::string>> applies_to;
   /// What else the measurement recorded for people (machine, probes, kernels), as YAML written
   /// after the ceilings; the reader skips it.
   std::string details_yaml;
@@ -29,6 +39,24 @@ struct DeviceProfile {
 
 /// The profile YAML of `profile`: readable by parse_device_profile.
 [[nodiscard]] std::string device_profile_yaml(const DeviceProfile& profile);
+
+/// The typical profile of `gpu`'s kind, compiled in (src/device/profiles/), and how it
+/// applies: "measured on this GPU", or the measured GPU it is mapped to and why. nullopt: no
+/// published measurement covers this GPU, which then gets no estimate.
+struct TypicalProfile {
+  const DeviceProfile* profile = nullptr;
+  std::string how;
+};
+[[nodiscard]] std::optional<TypicalProfile> typical_profile(const Gpu& gpu);
+
+/// The typical profiles' files (src/device/profiles/), compiled in.
+[[nodiscard]] std::span<const EmbeddedFile> builtin_profile_files();
+
+/// Every typical profile compiled in.
+[[nodiscard]] const std::vector<DeviceProfile>& typical_profiles();
+
+/// The `efficiency` section of a profile as YAML (part of device_profile_yaml).
+[[nodiscard]] std::string efficiency_yaml(const EfficiencyProfile& efficiency);
 
 /// A field of /proc/meminfo in bytes ("MemTotal", "MemAvailable"); none where it is absent.
 [[nodiscard]] std::optional<u64> meminfo_bytes(std::string_view key);

@@ -20,8 +20,18 @@ struct Topology {
   double out_latency_s = 0;   ///< α of one step over it
 };
 
+/// What a collective does, which decides how the estimate prices it.
+enum class CollectiveKind {
+  all_reduce,
+  dispatch, ///< tokens to their experts
+  combine,  ///< the experts' outputs back
+  send,     ///< one GPU to the next (a pipeline stage's hand-over)
+};
+
 /// What one collective costs one GPU.
 struct Collective {
+  CollectiveKind kind = CollectiveKind::send;
+  double message_bytes = 0;   ///< all-reduce: the buffer each GPU holds; else what it sends
   std::string_view algorithm; ///< "one-shot", "two-shot", ... (a static string)
   u64 group = 1;              ///< GPUs taking part
   u64 domains = 1;            ///< scale-up domains they span

@@ -4,6 +4,7 @@
 /// prefill, with MLA absorbed or naive (docs/formulas.md, "Roofline"). A pure function.
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +18,7 @@
 #include <kvcalc/kv/deployment.hpp>
 #include <kvcalc/model/model.hpp>
 #include <kvcalc/roofline/collective.hpp>
+#include <kvcalc/roofline/estimate.hpp>
 
 namespace kvcalc::roofline {
 
@@ -66,7 +68,14 @@ struct DeviceRates {
   device::PeakFlops flops_per_s;
   Topology links;     ///< the scale-up link (one direction) and the NIC a collective crosses
   std::string source; ///< "datasheet", "datasheet x efficiency (bw 0.85, flops 0.7)", ...
+  /// The estimate's efficiency curves (choose_estimator); null: the step gets no estimate.
+  std::shared_ptr<const Estimator> estimate;
+  std::string estimate_note; ///< where the estimate comes from, or why there is none
 };
+
+/// Which time of an op a total sums: the bound's (datasheet or measured ceilings) or the
+/// estimate's (what the kernels reach).
+enum class Pricing { bound, estimate };
 
 /// The datasheet ceilings of `gpu` scaled by efficiencies (1 = datasheet).
 [[nodiscard]] DeviceRates device_rates(const device::Gpu& gpu, double bandwidth_efficiency = 1.0,
@@ -116,10 +125,24 @@ struct Op {
   bool compute_bound = false;
   bool communication = false; ///< a collective over the interconnect
   double time_s = 0;
-  double exposed_s = 0;     ///< of time_s, on the critical path (overlap hides the rest)
-  std::string_view variant; ///< "absorbed" / "naive" for MLA attention ops, else ""
+  double exposed_s = 0;  ///< of time_s, on the critical path (overlap hides the rest)
+  double estimate_s = 0; ///< the estimate's time (0 without one)
+  double estimate_exposed_s = 0;
+  std::string_view variant;             ///< "absorbed" / "naive" for MLA attention ops, else ""
   std::optional<Collective> collective; ///< communication: one of them, as priced
   double collectives = 0;               ///< communication: how many run in the step
+};
+
+/// A step's totals as the estimate prices it.
+struct StepEstimate {
+  double compute_s = 0;
+  double communication_s = 0;
+  double stage_s = 0;
+  double time_s = 0;
+  double tokens_per_s = 0;
+  double tokens_per_s_per_gpu = 0;
+  double time_per_token_s = 0;
+  std::string_view dominant;
 };
 
 struct RooflineResult {
@@ -146,6 +169,8 @@ struct RooflineResult {
   u64 micro_batches = 1;           ///< in flight: pp
   std::optional<Collective> stage_transfer; ///< pp: activations from one stage to the next
   std::string rates_source;
+  std::optional<StepEstimate> estimate; ///< none where no profile covers the GPU
+  std::string estimate_note;            ///< where the estimate comes from, or why there is none
   bool weights_fit = true; ///< the weights of one GPU fit its memory (else computed all the same)
   std::vector<std::string> notes;
 };
@@ -170,6 +195,10 @@ struct AttentionSums {
   double query = 0;    ///< Σ s: new tokens
   double attended = 0; ///< Σ s·t_eff: query-key pairs per head (capped by a window or chunk)
   double held = 0;     ///< Σ t: cached tokens read (capped likewise)
+  /// Of each, the prefill and extend sequences' (the estimate prices them on their own kernel).
+  double prefill_query = 0;
+  double prefill_attended = 0;
+  double prefill_held = 0;
 };
 
 /// Attention kinds a step prices apart: full (DSA: its top-k tokens), sliding, chunked.
@@ -195,6 +224,7 @@ struct StepLoad {
   double logits = 0;           ///< rows of the LM head
   double attention_tokens = 0; ///< new tokens whose attention (and state) this GPU runs
   double sequences = 0;        ///< sequences whose attention (and state) this GPU runs
+  double prefill_tokens = 0;   ///< of attention_tokens, prefill and extend ones
   AttentionLoad absorbed;      ///< MHA/GQA sequences, and MLA sequences attended absorbed
   AttentionLoad naive;         ///< MLA sequences attended naive (decompressed)
   AttentionSums indexer;       ///< DSA: the indexer's pass over every cached token
@@ -293,6 +323,9 @@ struct StepShape {
     DType expert = DType::bf16;    ///< expert matmuls
     DType absorb = DType::bf16;    ///< W_UK / W_UV
     DType dispatch = DType::bf16;  ///< expert dispatch payload
+    DType kv = DType::bf16;        ///< the attention cache
+    bool attention_blocks = false; ///< attention and dense weights carry block scales
+    bool expert_blocks = false;    ///< expert weights carry block scales
   } math;
   double activation_bytes = 0; ///< per element
   bool mla_model = false;
@@ -323,7 +356,7 @@ public:
   /// Seconds of the step on one GPU: Σ over ops of max(FLOPs / peak, bytes / bandwidth) plus
   /// the collectives; with two-batch overlap, two half steps with the longer of compute and
   /// communication exposed.
-  [[nodiscard]] double time_s(const StepLoad& load) const;
+  [[nodiscard]] double time_s(const StepLoad& load, Pricing pricing = Pricing::bound) const;
   /// Every op of the step, as compute_roofline reports them (exposed_s set).
   [[nodiscard]] std::vector<Op> ops(const StepLoad& load) const;
   /// The same, written into `out` from index `first` on (the ops already there are reused, so
@@ -332,10 +365,13 @@ public:
   /// A micro-batch `load` handing its hidden states on at one stage boundary: over NVLink while
   /// the copy fits one scale-up domain, else over the NIC.
   [[nodiscard]] Collective stage_transfer(const StepLoad& load) const;
+  /// Seconds of a stage transfer `c`, priced as asked.
+  [[nodiscard]] double transfer_s(const Collective& c, Pricing pricing) const;
   /// Seconds for every one of `sequences` sequences in `load` to advance one step under
   /// pipeline parallel: m = min(pp, sequences) micro-batches of 1/m of the load each cross the
   /// pp stages, with pp − 1 transfers; a sequence is never split (time_s at pp 1).
-  [[nodiscard]] double pipeline_time_s(const StepLoad& load, u64 sequences) const;
+  [[nodiscard]] double pipeline_time_s(const StepLoad& load, u64 sequences,
+                                       Pricing pricing = Pricing::bound) const;
 
   /// Fraction of the copy's sequences whose attention one GPU runs (1/tp with dp-attention).
   [[nodiscard]] double attention_share() const { return m_shape.split.attention_share; }
@@ -345,6 +381,10 @@ public:
   [[nodiscard]] const RooflineRequest& request() const { return m_req; }
 
 private:
+  /// `calls` dense GEMMs of `rows` tokens each in the attention and dense weights' format.
+  [[nodiscard]] Kernels gemm(double calls, double rows) const {
+    return {KernelClass::gemm, calls, rows, m_shape.math.attention_blocks};
+  }
   template <class Sink> void build(const StepLoad& load, Sink& sink) const;
   template <class Sink> void projections(const StepLoad& load, Sink& sink) const;
   template <class Sink> void indexer(const StepLoad& load, Sink& sink) const;
@@ -379,6 +419,10 @@ private:
   friend RooflineResult compute_roofline(const RooflineRequest& request);
   /// step() once its checks have passed.
   void price(const RooflineRequest& step, RooflineResult& out) const;
+  /// The estimate's totals of a step `bound` has priced (its ops carry their estimates).
+  [[nodiscard]] StepEstimate estimate_totals(const RooflineResult& bound,
+                                             const RooflineRequest& step, double in_flight,
+                                             double pp) const;
 
   RooflineRequest m_req;
   kv::Deployment m_deployment;

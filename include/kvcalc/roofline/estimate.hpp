@@ -1,0 +1,79 @@
+#pragma once
+/// The estimate: each op priced by what its kernels reach on the device (a profile's
+/// efficiency curves, docs/device-profile.md) rather than at the datasheet's ceilings
+/// (docs/formulas.md, "Estimate"). The roofline prices every op both ways; the bound is the
+/// datasheet's, the estimate what a deployment should see.
+
+#include <memory>
+#include <string>
+
+#include <kvcalc/core/dtype.hpp>
+#include <kvcalc/device/gpu.hpp>
+#include <kvcalc/device/profile.hpp>
+#include <kvcalc/roofline/collective.hpp>
+
+namespace kvcalc::roofline {
+
+struct AttentionSums;
+
+/// The kind of kernel an op runs, which decides the curves that price it.
+enum class KernelClass {
+  gemm,          ///< a dense matmul over the step's tokens (rows = M)
+  grouped_gemm,  ///< a layer's MoE module (rows = one expert's intermediate width)
+  attention,     ///< decode attention over the cache, prefill attention over the prompt
+  mla_attention, ///< MLA attention over the latent (FlashMLA class)
+  elementwise,   ///< norms, rotary, cache writes, a recurrent scan
+};
+
+/// The kernels one op launches in a step.
+struct Kernels {
+  KernelClass kind = KernelClass::elementwise;
+  double calls = 0; ///< launches of the op's kernel in the step (layers × kernels a layer)
+  double rows = 0;  ///< gemm: tokens through one call (M); grouped_gemm: an expert's width
+  bool block_scales = false;    ///< gemm in fp8: weights with block scales (else per tensor)
+  double elementwise_calls = 0; ///< elementwise kernels the op launches besides (activations)
+  const AttentionSums* sums = nullptr; ///< attention: what its sequences attend, prefill apart
+  DType kv = DType::bf16;              ///< attention: the cache's dtype
+};
+
+/// Prices ops and collectives with one device's efficiency curves against its datasheet.
+class Estimator {
+public:
+  /// `gpu`'s datasheet ceilings with `profile`'s efficiencies; `source` names them for people.
+  Estimator(device::EfficiencyProfile profile, const device::Gpu& gpu, std::string source);
+
+  /// Seconds of an op on one GPU: per class, calls × floor + max(FLOPs / (η_c · peak), bytes
+  /// / (η_bw · bandwidth)); attention prices its decode and prefill sequences apart.
+  [[nodiscard]] double op_s(const Kernels& k, DType math, double flops, double weights,
+                            double activations, double kv) const;
+  /// Seconds of one collective: an all-reduce inside a domain from the measured tables
+  /// (`graph`: replayed in a CUDA graph), anything else at its links' measured efficiency.
+  [[nodiscard]] double collective_s(const Collective& c, const Topology& links, bool graph) const;
+  /// The engine's own time each step.
+  [[nodiscard]] double step_overhead_s() const { return m_profile.step_overhead_s; }
+  [[nodiscard]] const std::string& source() const { return m_source; }
+  [[nodiscard]] const device::EfficiencyProfile& profile() const { return m_profile; }
+
+private:
+  [[nodiscard]] double peak(DType math) const;
+  [[nodiscard]] double gemm_s(const Kernels& k, DType math, double flops, double bytes) const;
+  [[nodiscard]] double attention_s(const Kernels& k, DType math, double flops, double activations,
+                                   double kv) const;
+
+  device::EfficiencyProfile m_profile;
+  double m_bandwidth = 0;
+  device::PeakFlops m_peaks;
+  std::string m_source;
+};
+
+/// The estimator for `gpu`: `measured`'s efficiencies when the profile has them, else the
+/// typical profile of the GPU's kind; none (null) when no measurement covers the GPU, with
+/// `note` saying so.
+struct EstimateChoice {
+  std::shared_ptr<const Estimator> estimator;
+  std::string note; ///< where the estimate comes from, or why there is none
+};
+[[nodiscard]] EstimateChoice choose_estimator(const device::Gpu& gpu,
+                                              const device::DeviceProfile* measured);
+
+} // namespace kvcalc::roofline

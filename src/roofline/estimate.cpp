@@ -1,0 +1,167 @@
+#include <kvcalc/roofline/estimate.hpp>
+
+#include <algorithm>
+#include <utility>
+
+#include <kvcalc/roofline/roofline.hpp>
+
+using namespace kvcalc::device;
+
+namespace kvcalc::roofline {
+
+namespace {
+
+bool is_fp8(DType t) {
+  return t == DType::fp8_e4m3 || t == DType::fp8_e5m2;
+}
+
+bool is_16_bit_or_wider(DType t) {
+  return t == DType::bf16 || t == DType::fp16 || t == DType::fp32;
+}
+
+/// The part of an op that one set of sequences takes: its FLOPs, activations and KV.
+struct Share {
+  double flops = 0;
+  double activations = 0;
+  double kv = 0;
+};
+
+} // namespace
+
+Estimator::Estimator(EfficiencyProfile profile, const Gpu& gpu, std::string source)
+    : m_profile(std::move(profile)), m_bandwidth(gpu.memory_bandwidth_bytes_per_s),
+      m_peaks(gpu.flops_per_s), m_source(std::move(source)) {
+}
+
+double Estimator::peak(DType math) const {
+  auto pick = peak_flops(m_peaks, math);
+  if (!pick) {
+    pick = m_peaks.bf16 ? m_peaks.bf16 : m_peaks.fp16;
+  }
+  return pick.value_or(0);
+}
+
+double Estimator::gemm_s(const Kernels& k, DType math, double flops, double bytes) const {
+  // 16-bit math on the bf16 curve; fp8 by its scales; the other narrow types (int8, fp4) are
+  // block- or row-scaled like fp8 with block scales, and take that curve at their own peak.
+  const GemmEfficiency& g = is_16_bit_or_wider(math)          ? m_profile.gemm_bf16
+                            : is_fp8(math) && !k.block_scales ? m_profile.gemm_fp8
+                                                              : m_profile.gemm_fp8_block;
+  double p = peak(math);
+  double compute = p > 0 ? flops / (g.compute.at(std::max(k.rows, 1.0)) * p) : 0;
+  double memory = bytes / (g.stream * m_bandwidth);
+  return k.calls * g.floor_s + std::max(compute, memory) +
+         k.elementwise_calls * m_profile.elementwise.floor_s;
+}
+
+double Estimator::attention_s(const Kernels& k, DType math, double flops, double activations,
+                              double kv) const {
+  // The decode sequences (one query token or a few) run the decode kernel, bound by the cache
+  // they read; the prefill and extend ones the prefill kernel, bound by compute against their
+  // length.
+  const AttentionSums* s = k.sums;
+  double prefill_query = s ? s->prefill_query : 0;
+  auto part = [](double whole, double prefill, double total) {
+    return total > 0 ? whole * prefill / total : 0;
+  };
+  Share prefill{s ? part(flops, s->prefill_attended, s->attended) : 0,
+                s ? part(activations, s->prefill_query, s->query) : 0,
+                s ? part(kv, s->prefill_held, s->held) : 0};
+  Share decode{flops - prefill.flops, activations - prefill.activations, kv - prefill.kv};
+  double p = peak(math);
+  double total = 0;
+  if (!s || s->query > prefill_query) {
+    const auto& a = is_fp8(k.kv) ? m_profile.decode_fp8 : m_profile.decode_bf16;
+    double per_call = (decode.kv > 0 ? decode.kv : decode.activations) / std::max(k.calls, 1.0);
+    double compute = p > 0 ? decode.flops / (a.compute * p) : 0;
+    double memory = (decode.kv + decode.activations) / (a.bandwidth.at(per_call) * m_bandwidth);
+    total += k.calls * a.floor_s + std::max(compute, memory);
+  }
+  if (prefill_query > 0) {
+    const auto& a = is_fp8(math) ? m_profile.prefill_fp8 : m_profile.prefill_bf16;
+    double length = 2 * s->prefill_attended / prefill_query; // t_eff = length / 2 on average
+    double compute = p > 0 ? prefill.flops / (a.compute.at(length) * p) : 0;
+    double memory =
+        (prefill.kv + prefill.activations) / (m_profile.elementwise.bandwidth * m_bandwidth);
+    total += k.calls * a.floor_s + std::max(compute, memory);
+  }
+  return total;
+}
+
+double Estimator::op_s(const Kernels& k, DType math, double flops, double weights,
+                       double activations, double kv) const {
+  double bytes = weights + activations + kv;
+  double p = peak(math);
+  switch (k.kind) {
+  case KernelClass::gemm:
+    return gemm_s(k, math, flops, bytes);
+  case KernelClass::grouped_gemm: {
+    const auto& g = m_profile.grouped;
+    const Curve& c = is_16_bit_or_wider(math) ? g.compute_bf16 : g.compute_fp8;
+    double compute = p > 0 ? flops / (c.at(std::max(k.rows, 1.0)) * p) : 0;
+    return k.calls * g.floor_s + std::max(compute, bytes / (g.stream * m_bandwidth));
+  }
+  case KernelClass::attention:
+    return attention_s(k, math, flops, activations, kv);
+  case KernelClass::mla_attention: {
+    const auto& a = m_profile.mla_decode;
+    double compute = p > 0 ? flops / (a.compute * p) : 0;
+    return k.calls * a.floor_s + std::max(compute, bytes / (a.bandwidth * m_bandwidth));
+  }
+  case KernelClass::elementwise: {
+    const auto& e = m_profile.elementwise;
+    double compute = p > 0 ? flops / p : 0;
+    return k.calls * e.floor_s + std::max(compute, bytes / (e.bandwidth * m_bandwidth));
+  }
+  }
+  return 0;
+}
+
+double Estimator::collective_s(const Collective& c, const Topology& links, bool graph) const {
+  if (c.time_s <= 0) {
+    return 0;
+  }
+  const EfficiencyProfile::Links& eta = m_profile.links;
+  if (c.kind == CollectiveKind::all_reduce && c.domains == 1) {
+    const auto& tables = graph ? m_profile.all_reduce_graph : m_profile.all_reduce_eager;
+    if (auto t = all_reduce_time(tables, c.group, c.message_bytes)) {
+      return *t;
+    }
+  }
+  double up_eta = c.kind == CollectiveKind::dispatch  ? eta.dispatch
+                  : c.kind == CollectiveKind::combine ? eta.combine
+                                                      : eta.scale_up;
+  double up = c.up_bytes > 0 ? c.up_bytes / (up_eta * links.up_bytes_per_s) : 0;
+  double out = c.out_bytes > 0 ? c.out_bytes / (eta.scale_out * links.out_bytes_per_s) : 0;
+  // An exchange moves over both links at once; the other collectives cross them in turn.
+  bool concurrent = c.kind == CollectiveKind::dispatch || c.kind == CollectiveKind::combine;
+  return c.latency_s + (concurrent ? std::max(up, out) : up + out);
+}
+
+EstimateChoice choose_estimator(const Gpu& gpu, const DeviceProfile* measured) {
+  EstimateChoice out;
+  if (measured && measured->efficiency) {
+    out.note = "device profile " + measured->file + " (" + measured->backend + ", " +
+               measured->device + ")";
+    out.estimator = std::make_shared<const Estimator>(*measured->efficiency, gpu, out.note);
+    return out;
+  }
+  if (auto typical = typical_profile(gpu)) {
+    const DeviceProfile& p = *typical->profile;
+    out.note = "typical " + p.device + " profile (" + p.file + ": " + typical->how + ")";
+    out.estimator = std::make_shared<const Estimator>(*p.efficiency, gpu, out.note);
+    return out;
+  }
+  std::string covered;
+  for (const DeviceProfile& p : typical_profiles()) {
+    for (const auto& [name, how] : p.applies_to) {
+      covered += (covered.empty() ? "" : ", ") + name;
+    }
+  }
+  out.note = "no estimate for " + gpu.name +
+             ": no published kernel measurements cover it (typical profiles cover " + covered +
+             "); a --device-profile with an efficiency section gives one";
+  return out;
+}
+
+} // namespace kvcalc::roofline
