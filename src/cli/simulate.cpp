@@ -277,18 +277,40 @@ SimulateInputs read_inputs(const SimulateArgs& args, std::ostream& err) {
   } else {
     in.workload = synthetic_workload(args);
   }
+  if (args.concurrency) {
+    for (auto [given, flag] :
+         {std::pair{in.trace, "--trace"}, std::pair{!args.rates.empty(), "--rate"},
+          std::pair{args.arrival.has_value(), "--arrival"},
+          std::pair{!args.prefill_pool.empty() || !args.decode_pool.empty(), "--prefill/--decode"},
+          std::pair{!args.slo.empty(), "--slo"}}) {
+      if (given) {
+        throw InputError(std::string("--concurrency runs a closed loop, each client sending "
+                                     "its next request when the last one finishes; it does "
+                                     "not combine with ") +
+                         flag);
+      }
+    }
+    if (*args.concurrency == 0) {
+      throw InputError("--concurrency must be at least 1 client");
+    }
+    in.concurrency = args.concurrency;
+    in.rates.emplace_back();
+    (void)ClosedLoopSource(in.workload, *in.concurrency); // its checks, before any output
+  }
   bool burst = !in.trace && in.workload.arrival == ArrivalProcess::burst;
   if (burst && !args.rates.empty()) {
     throw InputError("--rate does not apply to a burst: all requests arrive at t = 0");
   }
-  if (in.trace || burst) {
+  if (in.concurrency) {
+    // One closed-loop run: the loop sets the arrivals.
+  } else if (in.trace || burst) {
     in.rates.emplace_back();
   } else if (!args.rates.empty()) {
     in.rates.assign(args.rates.begin(), args.rates.end());
   } else {
     in.rates.emplace_back(in.workload.rate);
   }
-  if (!in.trace) {
+  if (!in.trace && !in.concurrency) {
     Workload check = in.workload;
     check.rate = in.rates.front().value_or(in.workload.rate);
     validate_workload(check);
@@ -297,6 +319,13 @@ SimulateInputs read_inputs(const SimulateArgs& args, std::ostream& err) {
       (!args.ceilings.device_profile.empty() || args.ceilings.measure)) {
     throw InputError("--efficiency and measured ceilings (--device-profile, --measure) both set "
                      "the ceilings; give one");
+  }
+  if (args.pricing_given && args.pricing == Pricing::estimate &&
+      (!args.efficiency.empty() || !args.ceilings.device_profile.empty() ||
+       args.ceilings.measure)) {
+    throw InputError("--ceilings estimate prices steps with the kernels' efficiency curves, "
+                     "and --efficiency, --device-profile and --measure set ceilings for the "
+                     "bound; give one");
   }
   in.efficiency = parse_efficiency(args.efficiency, "--efficiency");
   in.profile = read_ceilings(args.ceilings, args.parallel, GpuCatalog(args.parallel.gpu_file),
@@ -401,11 +430,19 @@ std::variant<SimConfig, std::string> instance_of(const CapacityRequest& request,
       in.profile ? device_rates(request.gpu, *in.profile)
                  : device_rates(request.gpu, in.efficiency.bandwidth, in.efficiency.flops);
   device.links.domain = scale_up_domain(request.gpu, gpus_per_node);
+  EstimateChoice estimate = choose_estimator(request.gpu, in.profile ? &*in.profile : nullptr);
+  device.estimate = std::move(estimate.estimator);
+  device.estimate_note = std::move(estimate.note);
   if (refusal) {
     throw InputError(refusal->message);
   }
   SimConfig c = instance_config(std::get<InstanceSize>(std::move(sized)), request,
                                 capacity.parallel, device, args.mla);
+  // The estimate prices the steps unless the bound is asked for: --ceilings datasheet, or
+  // ceilings of its own (--efficiency, a profile without efficiency curves).
+  bool bound_asked = args.pricing == Pricing::bound || in.efficiency.given ||
+                     (in.profile && !in.profile->efficiency);
+  c.pricing = !bound_asked && device.estimate ? Pricing::estimate : Pricing::bound;
   c.preemption = args.preemption;
   c.swap_bytes_per_s = in.swap_bandwidth;
   c.prefix_sharing = !args.no_prefix_sharing;
@@ -430,6 +467,9 @@ std::unique_ptr<RequestSource> open_source(const SimulateArgs& args, const Simul
       file = std::make_unique<std::ifstream>(open_input_file(args.trace));
     }
     return std::make_unique<TraceReader>(*file, args.trace);
+  }
+  if (in.concurrency) {
+    return std::make_unique<ClosedLoopSource>(in.workload, *in.concurrency);
   }
   Workload w = in.workload;
   w.rate = rate.value_or(in.workload.rate);
@@ -635,6 +675,7 @@ std::vector<Scenario> run_pools(const SimulateArgs& args, const SimulateInputs& 
     for (const auto& rate : in.rates) {
       Scenario s = base;
       s.rate = rate;
+      s.concurrency = in.concurrency;
       s.label = s.model + " P " + group_digits(pc.parallel.gpus) + " / D " +
                 group_digits(dc.parallel.gpus) +
                 (rate && in.rates.size() > 1 ? fmt::format(" @ {:g}/s", *rate) : "");
@@ -677,6 +718,7 @@ std::vector<Scenario> run_scenarios(const SimulateArgs& args, const SimulateInpu
                     (rate ? fmt::format(" at {:g} requests/s", *rate) : std::string()));
       Scenario s = base;
       s.rate = rate;
+      s.concurrency = in.concurrency;
       s.label = s.model +
                 (deployment.gpus.size() > 1 || deployment.tps.size() > 1
                      ? " " + s.gpu + " tp " + std::to_string(s.config.step.parallel.tp)
@@ -742,8 +784,13 @@ Record describe_scenario(const Scenario& s, bool trace) {
   r.value("fits", Cell::flag(true));
   describe_outcome(r, Outcome::ok, "");
   r.value("rate_per_s", "rate/s",
-          s.rate ? Cell::number(*s.rate) : Cell::empty().shown_as(trace ? "trace" : "burst"));
+          s.rate          ? Cell::number(*s.rate)
+          : s.concurrency ? Cell::empty().shown_as(group_digits(*s.concurrency) + " clients")
+                          : Cell::empty().shown_as(trace ? "trace" : "burst"));
+  r.value("concurrency", s.concurrency ? Cell::count(*s.concurrency) : Cell::empty());
   r.value("rates", Cell::text(c.step.rates.source));
+  r.value("pricing", Cell::text(c.pricing == Pricing::estimate ? "estimate" : "bound"));
+  r.value("estimate_source", Cell::text(c.step.rates.estimate_note));
   Record& pool = r.object("kv_pool");
   pool.value("blocks", Cell::count(c.pool_blocks));
   pool.value("block_size", Cell::count(c.block_size));
@@ -873,7 +920,11 @@ std::string workload_note(const SimulateArgs& args, const SimulateInputs& in) {
   }
   const Workload& w = in.workload;
   return fmt::format(
-      "workload: {} arrivals{}{}, prompt {}, output {}, seed {}{}", arrival_name(w.arrival),
+      "workload: {}{}{}, prompt {}, output {}, seed {}{}",
+      in.concurrency ? fmt::format("a closed loop of {} clients, each sending its next request "
+                                   "when the last finishes",
+                                   group_digits(*in.concurrency))
+                     : std::string(arrival_name(w.arrival)) + " arrivals",
       w.duration_s ? fmt::format(" for {:g} s", *w.duration_s) : std::string(),
       w.requests ? fmt::format(" (at most {} requests)", *w.requests) : std::string(),
       describe(w.prompt), describe(w.output), w.seed,
@@ -912,6 +963,17 @@ Table latency_table(const Scenario& s, const Record& described) {
       x.mean_step_tokens, x.mean_running, group_digits(x.recomputed_tokens),
       group_digits(x.prefix_hit_tokens)));
   return d;
+}
+
+/// How a run priced its steps, for people.
+std::string pricing_note(const SimConfig& c) {
+  const DeviceRates& r = c.step.rates;
+  if (c.pricing == Pricing::estimate) {
+    return "steps priced by the estimate, what the kernels reach (" + r.estimate_note +
+           "); --ceilings datasheet prices them at the bound";
+  }
+  return "steps priced at the roofline's bound (" + r.source + "), an upper bound on speed" +
+         (r.estimate ? std::string() : "; " + r.estimate_note);
 }
 
 /// The result in every format, from the descriptions of the workload, the scheduler and the
@@ -972,9 +1034,10 @@ void render_simulation(CommandOutput& out, const SimulateArgs& args, const Simul
   out->end_list();
   out->note(table, workload_note(args, in));
   out->note(table,
-            fmt::format("steps priced by the roofline ({}); {} preemption; throughput "
-                        "over the makespan (first arrival to last token); docs/simulate.md",
-                        ran.front()->config.step.rates.source, preemption_name(args.preemption)));
+            fmt::format("{}; {} preemption; throughput over the makespan (first arrival "
+                        "to last token); TPOT (E2E − TTFT) / (output tokens − 1); "
+                        "docs/simulate.md",
+                        pricing_note(ran.front()->config), preemption_name(args.preemption)));
   if (latency) {
     out->table(*latency);
   }
@@ -1063,6 +1126,11 @@ Command setup_simulate(const Options& app) {
   cmd.option("--duration", args->duration, "Seconds of arrivals; the run then drains what arrived")
       .type_name("SECONDS")
       .group(k_group_workload);
+  add_count(cmd, "--concurrency", args->concurrency,
+            "A closed loop of N clients, each sending its next request when its last one "
+            "finishes (vllm bench serve --max-concurrency); stops at --requests or --duration")
+      .type_name("N")
+      .group(k_group_workload);
   add_count(cmd, "--requests", args->requests,
             "At most this many requests [default: 1000 when neither this nor --duration nor a "
             "workload is given]")
@@ -1120,6 +1188,11 @@ Command setup_simulate(const Options& app) {
       .group(k_group_ceilings);
   add_ceiling_options(cmd, args->ceilings,
                       "Measured ceilings (a profile `kvcalc measure --profile` writes)");
+  add_choice(cmd, "--ceilings", args->pricing, k_pricings,
+             "Price steps with the estimate (the kernels' measured efficiency, where a profile "
+             "covers the GPU) or at the datasheet bound [default: estimate]")
+      .each([args](const std::string&) { args->pricing_given = true; })
+      .group(k_group_ceilings);
   cmd.option("--slo", args->slo,
              "Latency targets, METRIC_STAT=DURATION,... (ttft_p99=2s,tpot_p99=50ms): the "
              "highest arrival rate each deployment meets them at (doubling, then "

@@ -31,6 +31,7 @@ struct SimulateArgs {
   std::string output_tokens;
   std::string duration;
   std::optional<u64> requests;
+  std::optional<u64> concurrency; ///< a closed loop of this many clients
   std::string seed;
   sim::Preemption preemption = sim::Preemption::recompute;
   std::string swap_bandwidth = "25GB"; ///< bytes per second, one GPU's host link
@@ -38,6 +39,8 @@ struct SimulateArgs {
   roofline::MlaMode mla = roofline::MlaMode::automatic;
   std::string efficiency;
   CeilingOptions ceilings;
+  roofline::Pricing pricing = roofline::Pricing::estimate; ///< --ceilings
+  bool pricing_given = false;
   std::string timeline; ///< per-step CSV file
   std::string slo;      ///< latency targets: find the highest rate meeting them
   sim::SloSearchKind slo_search = sim::SloSearchKind::rate; ///< or the largest batch
@@ -61,7 +64,8 @@ struct SimulateInputs {
   /// (a file is read again for each).
   std::optional<std::string> piped_trace;
   sim::Workload workload;                   ///< a synthetic run's
-  std::vector<std::optional<double>> rates; ///< one empty entry for a trace or a burst
+  std::vector<std::optional<double>> rates; ///< one empty entry for a trace, a burst, a loop
+  std::optional<u64> concurrency;           ///< a closed loop of this many clients
   Efficiency efficiency;
   std::optional<DeviceProfile> profile;
   double swap_bandwidth = 0; ///< bytes per second
@@ -86,10 +90,11 @@ struct Scenario {
   std::string model;
   std::string gpu;
   Engine engine = Engine::plain;
-  std::optional<double> rate;    ///< synthetic workloads
-  std::string unfit;             ///< why the model does not fit (then nothing was simulated)
-  std::optional<Error> error;    ///< why the combination cannot run (then nothing was simulated)
-  u64 kv_pool_bytes_per_gpu = 0; ///< what a fraction of its pool stands for
+  std::optional<double> rate;     ///< synthetic workloads
+  std::optional<u64> concurrency; ///< a closed loop's clients
+  std::string unfit;              ///< why the model does not fit (then nothing was simulated)
+  std::optional<Error> error;     ///< why the combination cannot run (then nothing was simulated)
+  u64 kv_pool_bytes_per_gpu = 0;  ///< what a fraction of its pool stands for
   sim::SimResult result;
   std::string label; ///< for plots and timelines
 };

@@ -148,7 +148,7 @@ EstimateChoice choose_estimator(const Gpu& gpu, const DeviceProfile* measured) {
   }
   if (auto typical = typical_profile(gpu)) {
     const DeviceProfile& p = *typical->profile;
-    out.note = "typical " + p.device + " profile (" + p.file + ": " + typical->how + ")";
+    out.note = "typical " + p.device + " profile, " + p.file + " (" + typical->how + ")";
     out.estimator = std::make_shared<const Estimator>(*p.efficiency, gpu, out.note);
     return out;
   }

@@ -212,6 +212,9 @@ public:
       pull(now);
       if (m_running.empty() && m_waiting.empty()) {
         if (!m_next) {
+          m_next = m_source.next();
+        }
+        if (!m_next) {
           break;
         }
         now = std::max(now, m_next->arrival_s);
@@ -229,6 +232,9 @@ private:
 
   /// New arrivals up to `now` join the queue, or are rejected when they can never run.
   void pull(double now) {
+    if (!m_next) {
+      m_next = m_source.next(); // a closed loop sends again once a request has left
+    }
     while (m_next && m_next->arrival_s <= now) {
       Request r = *m_next;
       m_next = m_source.next();
@@ -244,17 +250,20 @@ private:
         if (m_on_complete) {
           m_on_complete(r, r.arrival_s, r.arrival_s);
         }
+        m_source.left(r.arrival_s);
         continue;
       }
       u64 total = checked_add(r.prompt_tokens, r.output_tokens);
       if (m_c.max_context > 0 && total > m_c.max_context) {
         ++m_r.requests_rejected;
         ++m_r.rejected_context;
+        m_source.left(r.arrival_s);
         continue;
       }
       if (!m_kv.sequence_fits(total)) {
         ++m_r.requests_rejected;
         ++m_r.rejected_pool;
+        m_source.left(r.arrival_s);
         continue;
       }
       if (m_waiting.size() + m_running.size() >= k_max_requests_in_system) {
@@ -549,7 +558,10 @@ private:
     double micro = std::ceil(static_cast<double>(n) / m);
     double busiest = dp > 1 ? std::ceil(micro / dp) * dp * m / static_cast<double>(n) : 1.0;
     StepLoad priced = busiest > 1 ? m_load.scaled_attention(busiest) : m_load;
-    return m_cost.pipeline_time_s(priced, n) + m_step_swap_s;
+    double overhead = m_c.pricing == Pricing::estimate && m_c.step.rates.estimate
+                          ? m_c.step.rates.estimate->step_overhead_s()
+                          : 0;
+    return m_cost.pipeline_time_s(priced, n, m_c.pricing) + overhead + m_step_swap_s;
   }
 
   /// Tokens sampled at the step's `end`: every sequence whose known tokens are all computed
@@ -646,6 +658,7 @@ private:
     if (m_on_complete) {
       m_on_complete(s.req, s.first_token_s, end);
     }
+    m_source.left(end);
     release(s);
   }
 

@@ -475,4 +475,48 @@ std::optional<Request> SyntheticSource::next() {
   return r;
 }
 
+namespace {
+
+/// The workload whose requests a closed loop sends: all "at once", the loop setting the time.
+Workload lengths_only(Workload w) {
+  w.arrival = ArrivalProcess::burst;
+  w.duration_s.reset();
+  return w;
+}
+
+} // namespace
+
+ClosedLoopSource::ClosedLoopSource(const Workload& workload, u64 clients)
+    : m_lengths(lengths_only(workload)), m_duration_s(workload.duration_s), m_free(clients, 0.0) {
+  if (clients == 0) {
+    throw InputError("--concurrency must be at least 1 client");
+  }
+  if (!workload.requests && !workload.duration_s) {
+    throw InputError("a closed loop needs a stop: --requests or --duration");
+  }
+}
+
+std::optional<Request> ClosedLoopSource::next() {
+  if (m_free.empty()) {
+    return std::nullopt; // every client waits on a request in flight
+  }
+  double at = m_free.front();
+  if (m_duration_s && at >= *m_duration_s) {
+    return std::nullopt;
+  }
+  std::optional<Request> r = m_lengths.next();
+  if (!r) {
+    return std::nullopt;
+  }
+  std::pop_heap(m_free.begin(), m_free.end(), std::greater<>());
+  m_free.pop_back();
+  r->arrival_s = at;
+  return r;
+}
+
+void ClosedLoopSource::left(double at) {
+  m_free.push_back(at);
+  std::push_heap(m_free.begin(), m_free.end(), std::greater<>());
+}
+
 } // namespace kvcalc::sim

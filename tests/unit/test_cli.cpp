@@ -522,6 +522,8 @@ std::map<std::string, Probe> specific_probes(const Files& file, const std::strin
       {"simulate --output-tokens", {{"20"}}},
       {"simulate --duration", {{"1"}}},
       {"simulate --requests", {{"10"}}},
+      {"simulate --concurrency", {{"4"}}},
+      {"simulate --ceilings", {{"datasheet"}}},
       {"simulate --seed", {{"7"}}},
       {"simulate --preemption", {{"swap"}, burst}},
       {"simulate --swap-bandwidth",

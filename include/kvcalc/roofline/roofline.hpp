@@ -76,6 +76,8 @@ struct DeviceRates {
 /// Which time of an op a total sums: the bound's (datasheet or measured ceilings) or the
 /// estimate's (what the kernels reach).
 enum class Pricing { bound, estimate };
+inline constexpr NameTable<Pricing, 2> k_pricings{
+    "ceilings", {{{Pricing::estimate, "estimate"}, {Pricing::bound, "datasheet"}}}};
 
 /// The datasheet ceilings of `gpu` scaled by efficiencies (1 = datasheet).
 [[nodiscard]] DeviceRates device_rates(const device::Gpu& gpu, double bandwidth_efficiency = 1.0,

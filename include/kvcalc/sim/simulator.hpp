@@ -77,6 +77,9 @@ size_instance(std::string_view model, const kv::CapacityResult& capacity);
 /// schedules.
 struct SimConfig : InstanceSize {
   roofline::RooflineRequest step; ///< model, GPU, rates, cache, weights, parallelism, MLA mode
+  /// How steps are priced: the bound, or the estimate where the rates carry one (plus the
+  /// engine's own time each step).
+  roofline::Pricing pricing = roofline::Pricing::bound;
   Preemption preemption = Preemption::recompute;
   double swap_bytes_per_s = 25e9; ///< host link of one GPU, one direction (swap)
   bool prefix_sharing = true;     ///< share the blocks of requests' common prefixes

@@ -35,8 +35,11 @@ struct Request {
 class RequestSource {
 public:
   virtual ~RequestSource() = default;
-  /// The next request, or nullopt when there are no more.
+  /// The next request, or nullopt when there are none now. The simulator asks again after a
+  /// request leaves: a closed loop's next request comes only then.
   virtual std::optional<Request> next() = 0;
+  /// A request left the instance at `at` seconds: finished, or rejected on arrival.
+  virtual void left(double /*at*/) {}
 };
 
 /// Random numbers that are the same on every platform: std::mt19937_64 (its output is fixed by
@@ -150,6 +153,22 @@ private:
   Rng m_prefixes;
   u64 m_emitted = 0;
   double m_clock = 0;
+};
+
+/// A closed loop of clients, as `vllm bench serve --max-concurrency` and genai-perf run: each
+/// of `clients` sends a request at 0 and its next one the moment the previous leaves the
+/// instance. Lengths and prefixes are the workload's (its arrival process and rate are not
+/// used); it stops at the workload's request count, and sends nothing after its duration.
+class ClosedLoopSource : public RequestSource {
+public:
+  ClosedLoopSource(const Workload& workload, u64 clients);
+  std::optional<Request> next() override;
+  void left(double at) override;
+
+private:
+  SyntheticSource m_lengths;
+  std::optional<double> m_duration_s;
+  std::vector<double> m_free; ///< when each idle client sends: a min-heap
 };
 
 /// Requests from a list (tests, small traces held in memory).
