@@ -26,8 +26,22 @@ double Curve::at(double v) const {
     return y.back();
   }
   std::size_t i = segment(x, v);
+  if (slope.size() + 1 == x.size()) {
+    return y[i] + (std::log(v) - log_x[i]) * slope[i];
+  }
   double f = std::log(v / x[i]) / std::log(x[i + 1] / x[i]);
   return y[i] + f * (y[i + 1] - y[i]);
+}
+
+void Curve::prepare() {
+  log_x.clear();
+  slope.clear();
+  for (double v : x) {
+    log_x.push_back(std::log(v));
+  }
+  for (std::size_t i = 0; i + 1 < x.size(); ++i) {
+    slope.push_back((y[i + 1] - y[i]) / (log_x[i + 1] - log_x[i]));
+  }
 }
 
 double LatencyTable::at(double message_bytes) const {
@@ -41,8 +55,41 @@ double LatencyTable::at(double message_bytes) const {
     return time_s.back() * message_bytes / bytes.back();
   }
   std::size_t i = segment(bytes, message_bytes);
+  if (slope.size() + 1 == bytes.size()) {
+    return std::exp(log_time[i] + (std::log(message_bytes) - log_bytes[i]) * slope[i]);
+  }
   double f = std::log(message_bytes / bytes[i]) / std::log(bytes[i + 1] / bytes[i]);
   return time_s[i] * std::pow(time_s[i + 1] / time_s[i], f);
+}
+
+void LatencyTable::prepare() {
+  log_bytes.clear();
+  log_time.clear();
+  slope.clear();
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    log_bytes.push_back(std::log(bytes[i]));
+    log_time.push_back(std::log(time_s[i]));
+  }
+  for (std::size_t i = 0; i + 1 < bytes.size(); ++i) {
+    slope.push_back((log_time[i + 1] - log_time[i]) / (log_bytes[i + 1] - log_bytes[i]));
+  }
+}
+
+void EfficiencyProfile::prepare() {
+  for (GemmEfficiency* g : {&gemm_bf16, &gemm_fp8, &gemm_fp8_block}) {
+    g->compute.prepare();
+  }
+  grouped.compute_bf16.prepare();
+  grouped.compute_fp8.prepare();
+  decode_bf16.bandwidth.prepare();
+  decode_fp8.bandwidth.prepare();
+  prefill_bf16.compute.prepare();
+  prefill_fp8.compute.prepare();
+  for (auto* tables : {&all_reduce_graph, &all_reduce_eager}) {
+    for (AllReduceTable& t : *tables) {
+      t.table.prepare();
+    }
+  }
 }
 
 std::optional<double> all_reduce_time(const std::vector<AllReduceTable>& tables, u64 gpus,

@@ -31,6 +31,7 @@ struct Share {
 Estimator::Estimator(EfficiencyProfile profile, const Gpu& gpu, std::string source)
     : m_profile(std::move(profile)), m_bandwidth(gpu.memory_bandwidth_bytes_per_s),
       m_peaks(gpu.flops_per_s), m_source(std::move(source)) {
+  m_profile.prepare();
 }
 
 double Estimator::peak(DType math) const {

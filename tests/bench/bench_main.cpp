@@ -3,6 +3,7 @@
 // on the command line restrict the footprint line to those bundled models (to set one build's
 // zoo against another's); by default it runs them all.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -69,6 +70,61 @@ void time_cli_sweep(const RooflineRequest& base, const Gpu& h200) {
               prepared_checksum);
 }
 
+/// The estimate's cost beside the bound's, alternating runs of each and keeping each's fastest:
+/// the CLI's 10,000-scenario sweep on a prepared deployment (every op priced both ways against
+/// the bound alone), and the simulator's path (StepCost::time_s of one mixed step, bound
+/// against estimate).
+void time_estimate(const RooflineRequest& base, const Gpu& h200) {
+  RooflineRequest bound = base;
+  bound.parallel.gpus = 8;
+  bound.rates.links.domain = scale_up_domain(h200, 8);
+  bound.rates.estimate.reset();
+  RooflineRequest both = bound;
+  both.rates.estimate = choose_estimator(h200, nullptr).estimator;
+  auto sweep = [](const RooflineRequest& deployment, double& checksum) {
+    return seconds([&] {
+      RooflineRequest r = deployment;
+      Roofline roofline(r);
+      RooflineResult result;
+      for (u64 c = 1; c <= 100; ++c) {
+        for (u64 b = 1; b <= 100; ++b) {
+          r.context = c * 1024;
+          r.batch = b;
+          roofline.step(r, result);
+          checksum += result.estimate ? result.estimate->time_s : result.time_s;
+        }
+      }
+    });
+  };
+  auto steps = [](const RooflineRequest& deployment, Pricing pricing, double& checksum) {
+    StepCost cost(deployment);
+    StepLoad load;
+    cost.add(load, Phase::decode, 1, 4096, 64, 64);
+    cost.add(load, Phase::extend, 512, 1024, 2, 2);
+    return seconds([&] {
+      for (int i = 0; i < 100000; ++i) {
+        checksum += cost.time_s(load, pricing);
+      }
+    });
+  };
+  double sweep_bound = 1e9;
+  double sweep_both = 1e9;
+  double step_bound = 1e9;
+  double step_estimate = 1e9;
+  double checksum = 0;
+  for (int round = 0; round < 5; ++round) {
+    sweep_bound = std::min(sweep_bound, sweep(bound, checksum));
+    sweep_both = std::min(sweep_both, sweep(both, checksum));
+    step_bound = std::min(step_bound, steps(both, Pricing::bound, checksum));
+    step_estimate = std::min(step_estimate, steps(both, Pricing::estimate, checksum));
+  }
+  std::printf("estimate: the CLI's 10,000-scenario sweep prepared, bound alone %.4f s, bound and "
+              "estimate %.4f s (%.2fx); the simulator's step, bound %.3f us, estimate %.3f us "
+              "(%.2fx); fastest of 5 alternating runs (checksum %.6g)\n",
+              sweep_bound, sweep_both, sweep_both / sweep_bound, step_bound * 10,
+              step_estimate * 10, step_estimate / step_bound, checksum);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -121,6 +177,7 @@ int main(int argc, char** argv) {
               static_cast<double>(scenarios) / roofline_s, checksum);
 
   time_cli_sweep(base, h200);
+  time_estimate(base, h200);
 
   u64 capacity_runs = 0;
   double capacity_s = seconds([&] {

@@ -17,8 +17,13 @@ namespace kvcalc::device {
 struct Curve {
   std::vector<double> x; ///< ascending
   std::vector<double> y;
+  /// Each segment's log x and slope in it, worked out by prepare() so that at() takes one
+  /// logarithm; without them at() works them out each time.
+  std::vector<double> log_x;
+  std::vector<double> slope;
   [[nodiscard]] double at(double v) const;
   [[nodiscard]] bool empty() const { return x.empty(); }
+  void prepare();
 };
 
 /// Seconds against bytes: log-log between its points, the first point's time below it, and
@@ -26,7 +31,11 @@ struct Curve {
 struct LatencyTable {
   std::vector<double> bytes; ///< ascending
   std::vector<double> time_s;
+  std::vector<double> log_bytes; ///< prepare()'s, as Curve's
+  std::vector<double> log_time;
+  std::vector<double> slope;
   [[nodiscard]] double at(double message_bytes) const;
+  void prepare();
 };
 
 /// A dense GEMM of one scheme: t = floor + max(FLOPs / (compute(M) · peak), bytes / (stream ·
@@ -90,6 +99,9 @@ struct EfficiencyProfile {
     double combine = 1;
   } links;
   double step_overhead_s = 0; ///< the engine's own time each step, not hidden by its scheduler
+
+  /// Every curve and table prepared (Curve::prepare), for pricing many steps.
+  void prepare();
 };
 
 /// Seconds of an all-reduce of `bytes` over `gpus` GPUs of one domain from `tables`: the
