@@ -340,7 +340,9 @@ std::string device_profile_yaml(const DeviceProfile& p) {
 }
 
 std::string efficiency_yaml(const EfficiencyProfile& e) {
-  auto num = [](double v) { return fmt::format("{:.6g}", v); };
+  // The shortest text that reads back as the same number: a table's 268,435,456 B would be
+  // 268,435,000 at 6 digits, and sizes closer than that would no longer ascend.
+  auto num = [](double v) { return fmt::format("{}", v); };
   auto list = [&](const std::vector<double>& v) {
     std::string out = "[";
     for (std::size_t i = 0; i < v.size(); ++i) {
