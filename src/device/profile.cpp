@@ -226,11 +226,13 @@ private:
       AllReduceTable table;
       table.gpus = t.required_count("gpus", "the GPUs of the group measured");
       if (table.gpus < 2) {
-        t.fail("gpus", "an all-reduce group has at least 2 GPUs");
+        t.fail("gpus", "'" + t.path_of("gpus") + "' = " + std::to_string(table.gpus) +
+                           ": an all-reduce group has at least 2 GPUs");
       }
       for (const AllReduceTable& seen : out) {
         if (seen.gpus == table.gpus) {
-          t.fail("gpus", "two tables for " + std::to_string(table.gpus) + " GPUs");
+          t.fail("gpus", "'" + t.path_of("gpus") + "': two tables for " +
+                             std::to_string(table.gpus) + " GPUs in '" + r.path_of(key) + "'");
         }
       }
       table.table.bytes = numbers(t, "bytes", true);

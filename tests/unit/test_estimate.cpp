@@ -547,10 +547,13 @@ TEST_CASE("a bad efficiency section is an error naming its key", "[estimate][pro
                                       "follows 4096"));
   // An all-reduce "group" of one GPU, and two tables for one group.
   REQUIRE_THROWS_AS(parse(replaced(good, "{gpus: 2,", "{gpus: 1,")), InputError);
-  REQUIRE_THROWS_WITH(parse(replaced(good, "{gpus: 2,", "{gpus: 1,")),
-                      Catch::Contains("at least 2 GPUs"));
+  REQUIRE_THROWS_WITH(
+      parse(replaced(good, "{gpus: 2,", "{gpus: 1,")),
+      Catch::Contains("'efficiency.all_reduce.graph[0].gpus' = 1: an all-reduce group has at "
+                      "least 2 GPUs"));
   REQUIRE_THROWS_WITH(parse(replaced(good, "{gpus: 4,", "{gpus: 2,")),
-                      Catch::Contains("two tables for 2 GPUs"));
+                      Catch::Contains("'efficiency.all_reduce.graph[1].gpus': two tables for 2 "
+                                      "GPUs in 'efficiency.all_reduce.graph'"));
 }
 
 // ---------------------------------------------------------------------------------------------
