@@ -19,9 +19,10 @@ bool is_16_bit_or_wider(DType t) {
   return t == DType::bf16 || t == DType::fp16 || t == DType::fp32;
 }
 
-/// The part of an op that one set of sequences takes: its FLOPs, activations and KV.
+/// The part of an op that one set of sequences takes: its FLOPs, weights, activations and KV.
 struct Share {
   double flops = 0;
+  double weights = 0;
   double activations = 0;
   double kv = 0;
 };
@@ -55,27 +56,34 @@ double Estimator::gemm_s(const Kernels& k, DType math, double flops, double byte
          k.elementwise_calls * m_profile.elementwise.floor_s;
 }
 
-double Estimator::attention_s(const Kernels& k, DType math, double flops, double activations,
-                              double kv) const {
+double Estimator::attention_s(const Kernels& k, DType math, double flops, double weights,
+                              double activations, double kv) const {
   // The decode sequences (one query token or a few) run the decode kernel, bound by the cache
   // they read; the prefill and extend ones the prefill kernel, bound by compute against their
-  // length.
+  // length. Weights (DSA's indexer projections) are GEMMs over the new tokens, shared like
+  // the activations and streamed at the bf16 GEMM's fraction.
   const AttentionSums* s = k.sums;
   double prefill_query = s ? s->prefill_query : 0;
   auto part = [](double whole, double prefill, double total) {
     return total > 0 ? whole * prefill / total : 0;
   };
   Share prefill{s ? part(flops, s->prefill_attended, s->attended) : 0,
+                s ? part(weights, s->prefill_query, s->query) : 0,
                 s ? part(activations, s->prefill_query, s->query) : 0,
                 s ? part(kv, s->prefill_held, s->held) : 0};
-  Share decode{flops - prefill.flops, activations - prefill.activations, kv - prefill.kv};
+  Share decode{flops - prefill.flops, weights - prefill.weights, activations - prefill.activations,
+               kv - prefill.kv};
+  auto stream_s = [&](const Share& x) {
+    return x.weights / (m_profile.gemm_bf16.stream * m_bandwidth);
+  };
   double p = peak(math);
   double total = 0;
   if (!s || s->query > prefill_query) {
     const auto& a = is_fp8(k.kv) ? m_profile.decode_fp8 : m_profile.decode_bf16;
     double per_call = (decode.kv > 0 ? decode.kv : decode.activations) / std::max(k.calls, 1.0);
     double compute = p > 0 ? decode.flops / (a.compute * p) : 0;
-    double memory = (decode.kv + decode.activations) / (a.bandwidth.at(per_call) * m_bandwidth);
+    double memory = (decode.kv + decode.activations) / (a.bandwidth.at(per_call) * m_bandwidth) +
+                    stream_s(decode);
     total += k.calls * a.floor_s + std::max(compute, memory);
   }
   if (prefill_query > 0) {
@@ -83,7 +91,8 @@ double Estimator::attention_s(const Kernels& k, DType math, double flops, double
     double length = 2 * s->prefill_attended / prefill_query; // t_eff = length / 2 on average
     double compute = p > 0 ? prefill.flops / (a.compute.at(length) * p) : 0;
     double memory =
-        (prefill.kv + prefill.activations) / (m_profile.elementwise.bandwidth * m_bandwidth);
+        (prefill.kv + prefill.activations) / (m_profile.elementwise.bandwidth * m_bandwidth) +
+        stream_s(prefill);
     total += k.calls * a.floor_s + std::max(compute, memory);
   }
   return total;
@@ -103,7 +112,7 @@ double Estimator::op_s(const Kernels& k, DType math, double flops, double weight
     return k.calls * g.floor_s + std::max(compute, bytes / (g.stream * m_bandwidth));
   }
   case KernelClass::attention:
-    return attention_s(k, math, flops, activations, kv);
+    return attention_s(k, math, flops, weights, activations, kv);
   case KernelClass::mla_attention: {
     const auto& a = m_profile.mla_decode;
     double compute = p > 0 ? flops / (a.compute * p) : 0;

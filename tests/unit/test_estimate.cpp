@@ -256,6 +256,9 @@ TEST_CASE("decode attention reads its cache at the bandwidth of its bytes per ca
   // Compute-bound (many query heads a KV head): 5e11 / (0.5 · 1e15) = 1 ms beats 0.5 ms; with
   // the floors 1.16 ms.
   CHECK(est.op_s(bf16, DType::bf16, 5e11, 0, 3e7, 3.2e8) == Approx(1.16e-3).epsilon(1e-12));
+  // Weights the op streams besides its cache (DSA's indexer projections) stream at the bf16
+  // GEMM's fraction: 1.6e8 / (0.8 · 1e12) = 0.2 ms more than 0.66 ms: 0.86 ms.
+  CHECK(est.op_s(bf16, DType::bf16, 1e9, 1.6e8, 3e7, 3.2e8) == Approx(0.86e-3).epsilon(1e-12));
 }
 
 TEST_CASE("prefill attention computes at the efficiency of its length",
@@ -278,6 +281,9 @@ TEST_CASE("prefill attention computes at the efficiency of its length",
   // fp8 math: the fp8 curve at the fp8 peak, η = (0.15 + 0.35)/2 = 0.25: 4e11 / (0.25 · 2e15)
   // = 0.8 ms, with 32 floors of 2 µs: 0.864 ms.
   CHECK(est.op_s(k, DType::fp8_e4m3, 4e11, 0, 6e7, 4e7) == Approx(0.864e-3).epsilon(1e-12));
+  // Weights stream under the compute: 0.2 ms + 1.6e8 / (0.8 · 1e12) = 0.4 ms is still below
+  // the 1 ms of compute, and the time stays 1.128 ms.
+  CHECK(est.op_s(k, DType::bf16, 4e11, 1.6e8, 6e7, 4e7) == Approx(1.128e-3).epsilon(1e-12));
 }
 
 TEST_CASE("a mixed step prices its decode and prefill attention apart and adds them",
@@ -618,4 +624,42 @@ TEST_CASE("a roofline step carries the estimate beside the bound", "[estimate][r
   for (const Op& o : bound_only.ops) {
     CHECK(o.estimate_s == 0);
   }
+}
+
+// DSA's indexer is priced on the attention kernels with weights of its own (its query, key and
+// head-weight projections), which its estimate streams as the bound does.
+TEST_CASE("the DSA indexer's estimate streams its projections' weights", "[estimate][roofline]") {
+  RooflineRequest req;
+  req.model = *model::find_builtin_model("deepseek-v3.2");
+  req.gpu = catalog_gpu("h100-sxm");
+  req.rates = device_rates(req.gpu);
+  req.parallel.tp = 8;
+  req.batch = 1;
+  req.context = 4096;
+  req.rates.estimate = choose_estimator(req.gpu, nullptr).estimator;
+  RooflineResult r = compute_roofline(req);
+  const Op* indexer = nullptr;
+  for (const Op& o : r.ops) {
+    CHECK(o.estimate_s >= o.time_s);
+    indexer = o.name == "attention.indexer" ? &o : indexer;
+  }
+  REQUIRE(indexer);
+  // Per layer, 64 heads × 128 × 1,536 (the query's low rank) + (128 + 64) × 7,168 (keys and
+  // head weights from the hidden state) = 12,582,912 + 1,376,256 = 13,959,168 bf16 values,
+  // 27,918,336 B; 61 layers: 1,703,018,496 B. The keys: 4,096 tokens × (128 fp8 + a 4 B scale)
+  // × 61 = 32,980,992 B. Activations: 1 token × (7,168 + 64 × 128) × 2 B × 61 = 1,873,920 B.
+  REQUIRE(indexer->weight_bytes == 1703018496);
+  REQUIRE(indexer->kv_bytes == 32980992);
+  REQUIRE(indexer->activation_bytes == 1873920);
+  // The bound: 1,737,873,408 B / 3.35e12 = 518.77 µs.
+  CHECK(indexer->time_s == Approx(518.77e-6).epsilon(1e-5));
+  // The estimate, on the H100's fp8 decode kernel: 61 floors of 5.5 µs = 335.5 µs; 540,672 B
+  // of keys a call, below the curve's first point (8e6 B): η 0.338, (32,980,992 + 1,873,920) /
+  // (0.338 × 3.35e12) = 30.78 µs; the weights at the bf16 GEMM's 0.854: 1,703,018,496 /
+  // (0.854 × 3.35e12) = 595.27 µs (compute, 5.8e9 FLOP / (0.67 × 1978.9e12) = 4.4 µs, is
+  // under it): 961.55 µs. Without the weights it would be 366.3 µs, under the bound.
+  CHECK(indexer->estimate_s ==
+        Approx(61 * 5.5e-6 + 34854912 / (0.338 * 3.35e12) + 1703018496 / (0.854 * 3.35e12))
+            .epsilon(1e-12));
+  CHECK(indexer->estimate_s == Approx(961.55e-6).epsilon(1e-5));
 }

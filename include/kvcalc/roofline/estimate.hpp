@@ -57,8 +57,8 @@ public:
 private:
   [[nodiscard]] double peak(DType math) const;
   [[nodiscard]] double gemm_s(const Kernels& k, DType math, double flops, double bytes) const;
-  [[nodiscard]] double attention_s(const Kernels& k, DType math, double flops, double activations,
-                                   double kv) const;
+  [[nodiscard]] double attention_s(const Kernels& k, DType math, double flops, double weights,
+                                   double activations, double kv) const;
 
   device::EfficiencyProfile m_profile;
   double m_bandwidth = 0;
