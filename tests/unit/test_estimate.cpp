@@ -416,8 +416,8 @@ TEST_CASE("a GPU without a measured profile takes the typical profile of its kin
           "[estimate][profile]") {
   EstimateChoice h100 = choose_estimator(catalog_gpu("h100-sxm"), nullptr);
   REQUIRE(h100.estimator);
-  CHECK_THAT(h100.note, Catch::StartsWith("typical NVIDIA H100 SXM profile ("));
-  CHECK_THAT(h100.note, Catch::Contains("h100-sxm.yaml: measured on this GPU"));
+  CHECK_THAT(h100.note, Catch::StartsWith("typical NVIDIA H100 SXM profile, "));
+  CHECK_THAT(h100.note, Catch::Contains("h100-sxm.yaml (published measurements of this GPU)"));
   CHECK(h100.estimator->profile().gemm_bf16.floor_s == 4.3e-6); // h100-sxm.yaml's
   CHECK(h100.estimator->source() == h100.note);
 
@@ -426,8 +426,8 @@ TEST_CASE("a GPU without a measured profile takes the typical profile of its kin
   const Gpu& h800_gpu = catalog_gpu("h800");
   EstimateChoice h800 = choose_estimator(h800_gpu, nullptr);
   REQUIRE(h800.estimator);
-  CHECK_THAT(h800.note, Catch::StartsWith("typical NVIDIA H100 SXM profile ("));
-  CHECK_THAT(h800.note, Catch::Contains("the H100's efficiencies"));
+  CHECK_THAT(h800.note, Catch::StartsWith("typical NVIDIA H100 SXM profile, "));
+  CHECK_THAT(h800.note, Catch::Contains("the H100 SXM's measurements against the H800's own datasheet"));
   Kernels stream{.kind = KernelClass::elementwise, .calls = 0};
   CHECK(h800.estimator->op_s(stream, DType::bf16, 0, 0,
                              0.897 * h800_gpu.memory_bandwidth_bytes_per_s,
@@ -435,8 +435,8 @@ TEST_CASE("a GPU without a measured profile takes the typical profile of its kin
 
   EstimateChoice b300 = choose_estimator(catalog_gpu("b300"), nullptr);
   REQUIRE(b300.estimator);
-  CHECK_THAT(b300.note, Catch::StartsWith("typical NVIDIA B200 profile ("));
-  CHECK_THAT(b300.note, Catch::Contains("the B200's efficiencies"));
+  CHECK_THAT(b300.note, Catch::StartsWith("typical NVIDIA B200 profile, "));
+  CHECK_THAT(b300.note, Catch::Contains("the B200's measurements against the B300's own datasheet"));
   CHECK(b300.estimator->profile().source ==
         typical_profile(catalog_gpu("b200"))->profile->efficiency->source);
 

@@ -19,8 +19,8 @@ struct Curve {
   std::vector<double> y;
   /// Each segment's log x and slope in it, worked out by prepare() so that at() takes one
   /// logarithm; without them at() works them out each time.
-  std::vector<double> log_x;
-  std::vector<double> slope;
+  std::vector<double> log_x = {};
+  std::vector<double> slope = {};
   [[nodiscard]] double at(double v) const;
   [[nodiscard]] bool empty() const { return x.empty(); }
   void prepare();
@@ -31,9 +31,9 @@ struct Curve {
 struct LatencyTable {
   std::vector<double> bytes; ///< ascending
   std::vector<double> time_s;
-  std::vector<double> log_bytes; ///< prepare()'s, as Curve's
-  std::vector<double> log_time;
-  std::vector<double> slope;
+  std::vector<double> log_bytes = {}; ///< prepare()'s, as Curve's
+  std::vector<double> log_time = {};
+  std::vector<double> slope = {};
   [[nodiscard]] double at(double message_bytes) const;
   void prepare();
 };
