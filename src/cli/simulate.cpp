@@ -969,8 +969,8 @@ Table latency_table(const Scenario& s, const Record& described) {
 std::string pricing_note(const SimConfig& c) {
   const DeviceRates& r = c.step.rates;
   if (c.pricing == Pricing::estimate) {
-    return "steps priced by the estimate, what the kernels reach (" + r.estimate_note +
-           "); --ceilings datasheet prices them at the bound";
+    return "steps priced by the estimate, what the kernels reach: " + r.estimate_note +
+           "; --ceilings datasheet prices them at the bound";
   }
   return "steps priced at the roofline's bound (" + r.source + "), an upper bound on speed" +
          (r.estimate ? std::string() : "; " + r.estimate_note);

@@ -27,7 +27,24 @@ struct Share {
   double kv = 0;
 };
 
+/// `curve` at `x`, through `memo` when there is one.
+double read(const Curve& curve, double x, CurveMemo* memo) {
+  return memo ? memo->at(curve, x) : curve.at(x);
+}
+
 } // namespace
+
+double CurveMemo::at(const Curve& curve, double x) {
+  for (const Entry& e : m_entries) {
+    if (e.curve == &curve && e.x == x) {
+      return e.y;
+    }
+  }
+  Entry& e = m_entries[m_next];
+  m_next = (m_next + 1) % m_entries.size();
+  e = {&curve, x, curve.at(x)};
+  return e.y;
+}
 
 Estimator::Estimator(EfficiencyProfile profile, const Gpu& gpu, std::string source)
     : m_profile(std::move(profile)), m_bandwidth(gpu.memory_bandwidth_bytes_per_s),
@@ -43,21 +60,22 @@ double Estimator::peak(DType math) const {
   return pick.value_or(0);
 }
 
-double Estimator::gemm_s(const Kernels& k, DType math, double flops, double bytes) const {
+double Estimator::gemm_s(const Kernels& k, DType math, double flops, double bytes,
+                         CurveMemo* memo) const {
   // 16-bit math on the bf16 curve; fp8 by its scales; the other narrow types (int8, fp4) are
   // block- or row-scaled like fp8 with block scales, and take that curve at their own peak.
   const GemmEfficiency& g = is_16_bit_or_wider(math)          ? m_profile.gemm_bf16
                             : is_fp8(math) && !k.block_scales ? m_profile.gemm_fp8
                                                               : m_profile.gemm_fp8_block;
   double p = peak(math);
-  double compute = p > 0 ? flops / (g.compute.at(std::max(k.rows, 1.0)) * p) : 0;
+  double compute = p > 0 ? flops / (read(g.compute, std::max(k.rows, 1.0), memo) * p) : 0;
   double memory = bytes / (g.stream * m_bandwidth);
   return k.calls * g.floor_s + std::max(compute, memory) +
          k.elementwise_calls * m_profile.elementwise.floor_s;
 }
 
 double Estimator::attention_s(const Kernels& k, DType math, double flops, double weights,
-                              double activations, double kv) const {
+                              double activations, double kv, CurveMemo* memo) const {
   // The decode sequences (one query token or a few) run the decode kernel, bound by the cache
   // they read; the prefill and extend ones the prefill kernel, bound by compute against their
   // length. Weights (DSA's indexer projections) are GEMMs over the new tokens, shared like
@@ -82,14 +100,15 @@ double Estimator::attention_s(const Kernels& k, DType math, double flops, double
     const auto& a = is_fp8(k.kv) ? m_profile.decode_fp8 : m_profile.decode_bf16;
     double per_call = (decode.kv > 0 ? decode.kv : decode.activations) / std::max(k.calls, 1.0);
     double compute = p > 0 ? decode.flops / (a.compute * p) : 0;
-    double memory = (decode.kv + decode.activations) / (a.bandwidth.at(per_call) * m_bandwidth) +
-                    stream_s(decode);
+    double memory =
+        (decode.kv + decode.activations) / (read(a.bandwidth, per_call, memo) * m_bandwidth) +
+        stream_s(decode);
     total += k.calls * a.floor_s + std::max(compute, memory);
   }
   if (prefill_query > 0) {
     const auto& a = is_fp8(math) ? m_profile.prefill_fp8 : m_profile.prefill_bf16;
     double length = 2 * s->prefill_attended / prefill_query; // t_eff = length / 2 on average
-    double compute = p > 0 ? prefill.flops / (a.compute.at(length) * p) : 0;
+    double compute = p > 0 ? prefill.flops / (read(a.compute, length, memo) * p) : 0;
     double memory =
         (prefill.kv + prefill.activations) / (m_profile.elementwise.bandwidth * m_bandwidth) +
         stream_s(prefill);
@@ -99,20 +118,20 @@ double Estimator::attention_s(const Kernels& k, DType math, double flops, double
 }
 
 double Estimator::op_s(const Kernels& k, DType math, double flops, double weights,
-                       double activations, double kv) const {
+                       double activations, double kv, CurveMemo* memo) const {
   double bytes = weights + activations + kv;
   double p = peak(math);
   switch (k.kind) {
   case KernelClass::gemm:
-    return gemm_s(k, math, flops, bytes);
+    return gemm_s(k, math, flops, bytes, memo);
   case KernelClass::grouped_gemm: {
     const auto& g = m_profile.grouped;
     const Curve& c = is_16_bit_or_wider(math) ? g.compute_bf16 : g.compute_fp8;
-    double compute = p > 0 ? flops / (c.at(std::max(k.rows, 1.0)) * p) : 0;
+    double compute = p > 0 ? flops / (read(c, std::max(k.rows, 1.0), memo) * p) : 0;
     return k.calls * g.floor_s + std::max(compute, bytes / (g.stream * m_bandwidth));
   }
   case KernelClass::attention:
-    return attention_s(k, math, flops, weights, activations, kv);
+    return attention_s(k, math, flops, weights, activations, kv, memo);
   case KernelClass::mla_attention: {
     const auto& a = m_profile.mla_decode;
     double compute = p > 0 ? flops / (a.compute * p) : 0;

@@ -139,7 +139,8 @@ public:
     op.compute_bound = t.compute_s > t.memory_s;
     op.time_s = t.time_s();
     if (m_rates.estimate) {
-      op.estimate_s = m_rates.estimate->op_s(kernels, dtype, flops, weights, activations, kv);
+      op.estimate_s =
+          m_rates.estimate->op_s(kernels, dtype, flops, weights, activations, kv, &m_memo);
     }
   }
 
@@ -178,6 +179,7 @@ private:
 
   const DeviceRates& m_rates;
   bool m_graph; ///< a decode-only step, replayed in a CUDA graph
+  CurveMemo m_memo;
   std::vector<Op>& m_out;
   std::size_t m_next;
   const char* m_prefix;
@@ -194,7 +196,7 @@ public:
   void add(const char* /*name*/, DType dtype, double flops, double weights, double activations,
            double kv, const Kernels& kernels, const char* /*variant*/ = "") {
     m_compute += m_estimate
-                     ? m_estimate->op_s(kernels, dtype, flops, weights, activations, kv)
+                     ? m_estimate->op_s(kernels, dtype, flops, weights, activations, kv, &m_memo)
                      : op_time(flops, weights + activations + kv,
                                peak_of(m_rates.flops_per_s, dtype), m_rates.bandwidth_bytes_per_s)
                            .time_s();
@@ -214,6 +216,7 @@ private:
   const DeviceRates& m_rates;
   const Estimator* m_estimate;
   bool m_graph;
+  CurveMemo m_memo;
   double m_compute = 0;
   double m_communication = 0;
 };

@@ -427,7 +427,8 @@ TEST_CASE("a GPU without a measured profile takes the typical profile of its kin
   EstimateChoice h800 = choose_estimator(h800_gpu, nullptr);
   REQUIRE(h800.estimator);
   CHECK_THAT(h800.note, Catch::StartsWith("typical NVIDIA H100 SXM profile, "));
-  CHECK_THAT(h800.note, Catch::Contains("the H100 SXM's measurements against the H800's own datasheet"));
+  CHECK_THAT(h800.note,
+             Catch::Contains("the H100 SXM's measurements against the H800's own datasheet"));
   Kernels stream{.kind = KernelClass::elementwise, .calls = 0};
   CHECK(h800.estimator->op_s(stream, DType::bf16, 0, 0,
                              0.897 * h800_gpu.memory_bandwidth_bytes_per_s,
@@ -436,7 +437,8 @@ TEST_CASE("a GPU without a measured profile takes the typical profile of its kin
   EstimateChoice b300 = choose_estimator(catalog_gpu("b300"), nullptr);
   REQUIRE(b300.estimator);
   CHECK_THAT(b300.note, Catch::StartsWith("typical NVIDIA B200 profile, "));
-  CHECK_THAT(b300.note, Catch::Contains("the B200's measurements against the B300's own datasheet"));
+  CHECK_THAT(b300.note,
+             Catch::Contains("the B200's measurements against the B300's own datasheet"));
   CHECK(b300.estimator->profile().source ==
         typical_profile(catalog_gpu("b200"))->profile->efficiency->source);
 

@@ -4,6 +4,8 @@
 /// (docs/formulas.md, "Estimate"). The roofline prices every op both ways; the bound is the
 /// datasheet's, the estimate what a deployment should see.
 
+#include <array>
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -36,6 +38,23 @@ struct Kernels {
   DType kv = DType::bf16;              ///< attention: the cache's dtype
 };
 
+/// The last points read off a step's curves: the ops of one step read the same curve at the
+/// same shape again and again (every projection at the step's tokens), so a sink that prices a
+/// step keeps one, and each curve is read once a shape.
+class CurveMemo {
+public:
+  [[nodiscard]] double at(const device::Curve& curve, double x);
+
+private:
+  struct Entry {
+    const device::Curve* curve = nullptr;
+    double x = 0;
+    double y = 0;
+  };
+  std::array<Entry, 4> m_entries{};
+  std::size_t m_next = 0;
+};
+
 /// Prices ops and collectives with one device's efficiency curves against its datasheet.
 class Estimator {
 public:
@@ -44,8 +63,9 @@ public:
 
   /// Seconds of an op on one GPU: per class, calls × floor + max(FLOPs / (η_c · peak), bytes
   /// / (η_bw · bandwidth)); attention prices its decode and prefill sequences apart.
+  /// `memo`, when given, remembers the curves' points for the step's other ops.
   [[nodiscard]] double op_s(const Kernels& k, DType math, double flops, double weights,
-                            double activations, double kv) const;
+                            double activations, double kv, CurveMemo* memo = nullptr) const;
   /// Seconds of one collective: an all-reduce inside a domain from the measured tables
   /// (`graph`: replayed in a CUDA graph), anything else at its links' measured efficiency.
   [[nodiscard]] double collective_s(const Collective& c, const Topology& links, bool graph) const;
@@ -56,9 +76,10 @@ public:
 
 private:
   [[nodiscard]] double peak(DType math) const;
-  [[nodiscard]] double gemm_s(const Kernels& k, DType math, double flops, double bytes) const;
+  [[nodiscard]] double gemm_s(const Kernels& k, DType math, double flops, double bytes,
+                              CurveMemo* memo) const;
   [[nodiscard]] double attention_s(const Kernels& k, DType math, double flops, double weights,
-                                   double activations, double kv) const;
+                                   double activations, double kv, CurveMemo* memo) const;
 
   device::EfficiencyProfile m_profile;
   double m_bandwidth = 0;
