@@ -6,7 +6,8 @@
 # wgmma), runs compute-sanitizer's memcheck over the MLA kernels when it is there, measures
 # the probes and both MLA strategies at the memory-bound (16 heads) and compute-bound
 # (128 heads) points, calibrates a roofline with the result, and writes summary.txt,
-# bench.txt, measure.json, the device profile and the logs to OUT_DIR.
+# bench.txt, measure.json, the device profile (with the efficiency curves its GEMM and memory
+# sweeps fitted, and the estimate they give beside the typical profile's) and the logs to OUT_DIR.
 set -uo pipefail
 bundle=${1:?usage: device_check.sh BUNDLE_DIR OUT_DIR}
 out=${2:?usage: device_check.sh BUNDLE_DIR OUT_DIR}
@@ -62,6 +63,14 @@ say "kvcalc measure --backend cuda (issue 5's points)"
 timeout 120 "$kvcalc" measure --backend cuda --heads 16,128 --batch 128 --context 4k,32k \
   --profile "$out/profile.yaml" --format json -o "$out/measure.json" 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+say "the efficiency curves the sweeps fitted (the profile's efficiency section)"
+sed -n '/^efficiency:/,/^machine:/p' "$out/profile.yaml" | tee "$out/efficiency.yaml" | head -8
+say "the estimate from the measured curves beside the typical profile's (llama-3.1-8b, batch 1 and 64)"
+"$kvcalc" roofline llama-3.1-8b --gpu auto --device-profile "$out/profile.yaml" --batch 1,64 \
+  --context 4k 2>&1 | tee "$out/estimate_measured.txt" | head -5
+"$kvcalc" roofline llama-3.1-8b --gpu h200 --batch 1,64 --context 4k 2>&1 |
+  tee "$out/estimate_typical.txt" | head -5
 
 say "kvcalc measure: the absorbed kernel over heads and batch (context 8k)"
 timeout 90 "$kvcalc" measure --backend cuda --heads 16,32,64,128 --batch 16,64 --context 8k \

@@ -243,4 +243,44 @@ GemmRates measure_gemm_flops(std::uint64_t n64, unsigned repeats) {
   return rates;
 }
 
+Spread time_gemm_bf16(std::uint64_t m64, std::uint64_t n64, std::uint64_t k64, unsigned repeats,
+                      std::uint64_t l2_bytes) {
+  int m = static_cast<int>(m64);
+  int n = static_cast<int>(n64);
+  int k = static_cast<int>(k64);
+  cublasHandle_t handle = nullptr;
+  KVCALC_CUBLAS_CHECK(cublasCreate(&handle));
+  struct HandleGuard {
+    cublasHandle_t h;
+    ~HandleGuard() { cublasDestroy(h); }
+  } guard{handle};
+  KVCALC_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  // Enough copies of the weights that each call finds its own out of the L2, as a model's
+  // next layer does (twice the L2 in all, at most 64 copies).
+  std::size_t weight_elements = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
+  std::uint64_t weight_bytes = weight_elements * sizeof(__nv_bfloat16);
+  std::size_t copies = static_cast<std::size_t>(
+      std::min<std::uint64_t>(64, std::max<std::uint64_t>(1, 2 * l2_bytes / weight_bytes + 1)));
+  DeviceBuffer<__nv_bfloat16> a(static_cast<std::size_t>(m) * static_cast<std::size_t>(k));
+  DeviceBuffer<__nv_bfloat16> b(weight_elements * copies);
+  DeviceBuffer<__nv_bfloat16> c(static_cast<std::size_t>(m) * static_cast<std::size_t>(n));
+  int blocks = sm_count() * 8;
+  random_kernel<<<blocks, k_threads>>>(a.get(), static_cast<std::size_t>(m) * k, 21);
+  KVCALC_CUDA_CHECK_LAUNCH();
+  random_kernel<<<blocks, k_threads>>>(b.get(), weight_elements * copies, 22);
+  KVCALC_CUDA_CHECK_LAUNCH();
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  std::size_t next = 0;
+  // C (n × m, column-major) = Bᵀ (n × k) · A (k × m): the weights' rows are the output's.
+  Spread seconds = timed_seconds(repeats, [&] {
+    const __nv_bfloat16* weights = b.get() + (next++ % copies) * weight_elements;
+    KVCALC_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, weights,
+                                     CUDA_R_16BF, k, a.get(), CUDA_R_16BF, k, &beta, c.get(),
+                                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  });
+  KVCALC_CUDA_CHECK(cudaDeviceSynchronize());
+  return seconds;
+}
+
 } // namespace kvcalc::kernels::cuda

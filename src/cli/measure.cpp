@@ -230,6 +230,96 @@ std::vector<std::string> ratio_notes(const MeasureResult& m) {
   return notes;
 }
 
+/// One timed call of the efficiency sweeps.
+Record describe_sweep_call(const char* kind, const std::string& dtype, const std::string& shape,
+                           double flops, double bytes, const Spread& time) {
+  Record r;
+  r.value("kind", "sweep", Cell::text(kind));
+  r.value("dtype", "dtype", dtype.empty() ? Cell::empty() : Cell::text(dtype));
+  r.value("shape", "shape", Cell::text(shape));
+  r.value("flops", "FLOPs", flops > 0 ? Cell::flop(flops) : Cell::empty());
+  r.value("bytes", "bytes", Cell::byte_estimate(bytes));
+  r.value("time_s", "time", Cell::seconds(time.median));
+  r.value("time_spread", "spread", spread_cell(time), k_tables_only);
+  return r;
+}
+
+/// The curves a profile of this measurement carries, each class measured or where it came
+/// from.
+Record describe_efficiency(const EfficiencyProfile& e) {
+  Record r;
+  r.value("source", Cell::text(e.source));
+  auto curve = [](Record& into, const char* x_key, const Curve& c) {
+    Record& o = into.object("compute");
+    std::vector<Cell> xs;
+    std::vector<Cell> ys;
+    for (std::size_t i = 0; i < c.x.size(); ++i) {
+      xs.push_back(Cell::number(c.x[i]));
+      ys.push_back(Cell::number(c.y[i]));
+    }
+    o.values(x_key, std::move(xs));
+    o.values("efficiency", std::move(ys));
+  };
+  Record& g = r.object("gemm_bf16");
+  g.value("floor_s", Cell::seconds(e.gemm_bf16.floor_s));
+  g.value("stream", Cell::number(e.gemm_bf16.stream));
+  curve(g, "rows", e.gemm_bf16.compute);
+  Record& w = r.object("elementwise");
+  w.value("floor_s", Cell::seconds(e.elementwise.floor_s));
+  w.value("bandwidth", Cell::number(e.elementwise.bandwidth));
+  Record& mla = r.object("mla_decode");
+  mla.value("floor_s", Cell::seconds(e.mla_decode.floor_s));
+  mla.value("bandwidth", Cell::number(e.mla_decode.bandwidth));
+  mla.value("compute", Cell::number(e.mla_decode.compute));
+  return r;
+}
+
+/// The sweeps' calls, and the curves fitted from them, in a table of their own each.
+void render_sweeps(CommandOutput& out, const MeasureResult& m) {
+  std::vector<Record> calls;
+  for (const TimedGemm& g : m.sweeps.gemm) {
+    calls.push_back(describe_sweep_call(
+        "gemm", g.dtype,
+        fmt::format("{} x {} x {}{}", g.m, g.n, g.k,
+                    g.calls > 1 ? fmt::format(", {:g} at once", g.calls) : std::string()),
+        g.flops(), g.bytes(), g.time_s));
+  }
+  for (const TimedPass& pass : m.sweeps.passes) {
+    calls.push_back(describe_sweep_call("pass", "", "one read", 0, pass.bytes, pass.time_s));
+  }
+  out->begin_list("sweeps");
+  for (const Record& c : calls) {
+    out->item(c);
+  }
+  out->end_list();
+  Table sweep_table = table_of(
+      calls, {{"kind"}, {"dtype"}, {"shape"}, {"flops"}, {"bytes"}, {"time_s"}, {"time_spread"}});
+  sweep_table.title = m.backend == "fake"
+                          ? "Efficiency sweeps on the fake backend: fixed figures"
+                          : "Efficiency sweeps: GEMMs over their rows and weights, memory passes "
+                            "(median time)";
+  DeviceProfile profile = to_device_profile(m, "");
+  if (profile.efficiency) {
+    const EfficiencyProfile& e = *profile.efficiency;
+    out->field("efficiency", describe_efficiency(e));
+    std::string compute;
+    for (std::size_t i = 0; i < e.gemm_bf16.compute.x.size(); ++i) {
+      compute += fmt::format("{}{:.3g} at {:g} rows", i ? ", " : "", e.gemm_bf16.compute.y[i],
+                             e.gemm_bf16.compute.x[i]);
+    }
+    sweep_table.notes.push_back(fmt::format(
+        "fitted (the profile's efficiency section): GEMM floor {}, weights streamed at {:.3g} of "
+        "the bandwidth, compute {}; elementwise floor {}, bandwidth {:.3g}; MLA decode floor {}, "
+        "bandwidth {:.3g}, compute {:.3g}",
+        format_cell(Cell::seconds(e.gemm_bf16.floor_s), ByteUnits::iec), e.gemm_bf16.stream,
+        compute, format_cell(Cell::seconds(e.elementwise.floor_s), ByteUnits::iec),
+        e.elementwise.bandwidth, format_cell(Cell::seconds(e.mla_decode.floor_s), ByteUnits::iec),
+        e.mla_decode.bandwidth, e.mla_decode.compute));
+    sweep_table.notes.push_back(e.source);
+  }
+  out->table(sweep_table);
+}
+
 void render_measurement(CommandOutput& out, const MeasureResult& m) {
   Record probes = describe_probes(m.probes);
   std::vector<Record> kernels;
@@ -300,6 +390,9 @@ void render_measurement(CommandOutput& out, const MeasureResult& m) {
                             : "Phases of each kernel, CUDA events between them (median over the "
                               "timed runs, phase by phase)";
     out->table(phase_table);
+  }
+  if (!m.sweeps.empty()) {
+    render_sweeps(out, m);
   }
 }
 

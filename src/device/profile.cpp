@@ -211,9 +211,11 @@ private:
   }
 
   static std::vector<AllReduceTable> all_reduce(const detail::MapReader& r, std::string_view key) {
+    // An empty list: no table measured; every all-reduce then at the links' fractions.
     YAML::Node list = r.node(key);
-    if (!r.has(key) || !list.IsSequence() || list.size() == 0) {
-      r.fail(key, "'" + r.path_of(key) + "' must be a list of {gpus, bytes, time_s} tables");
+    if (!r.has(key) || !list.IsSequence()) {
+      r.fail(key, "'" + r.path_of(key) +
+                      "' must be a list of {gpus, bytes, time_s} tables ([] for none)");
     }
     std::vector<AllReduceTable> out;
     for (std::size_t i = 0; i < list.size(); ++i) {
@@ -389,7 +391,7 @@ std::string efficiency_yaml(const EfficiencyProfile& e) {
   y << "  all_reduce:\n";
   for (auto [name, tables] :
        {std::pair{"graph", &e.all_reduce_graph}, std::pair{"eager", &e.all_reduce_eager}}) {
-    y << "    " << name << ":\n";
+    y << "    " << name << ":" << (tables->empty() ? " []" : "") << "\n";
     for (const AllReduceTable& t : *tables) {
       y << "      - {gpus: " << t.gpus << ", bytes: " << list(t.table.bytes)
         << ", time_s: " << list(t.table.time_s) << "}\n";

@@ -124,6 +124,11 @@ void AbsorbedOutput::check_naive(const MlaKernelConfig& c, const std::vector<flo
 namespace {
 
 /// Timed repeats of each CPU probe and kernel: k_timed_runs, or 3 with --quick.
+/// Seconds of `work` at each of the rates measured: the fastest rate the shortest time.
+Spread time_of(double work, const Spread& rate) {
+  return {work / rate.median, work / rate.max, work / rate.min, rate.runs};
+}
+
 unsigned cpu_runs(bool quick) {
   return quick ? 3 : detail::k_timed_runs;
 }
@@ -299,6 +304,38 @@ public:
     return r;
   }
 
+  /// GEMMs of one row over weights of 256² to 1024² (floor and streaming), of 16 rows, and of
+  /// 256 and 1,024 rows (compute), one product a thread as the GEMM probe runs them; memory
+  /// passes of 64 KiB and of an array beyond the caches.
+  [[nodiscard]] EfficiencySweeps sweep(bool quick) override {
+    EfficiencySweeps out;
+    auto gemm = [&](u64 m, u64 nk) {
+      TimedGemm g;
+      g.dtype = "fp32";
+      g.m = m;
+      g.n = nk;
+      g.k = nk;
+      g.element_bytes = 4;
+      g.calls = m_threads;
+      Spread rate = kernels::measure_gemm_flops({m, nk, nk}, m_threads, cpu_runs(quick));
+      g.time_s = time_of(g.flops(), rate);
+      out.gemm.push_back(g);
+    };
+    for (u64 nk : {256ULL, 512ULL, 1024ULL}) {
+      gemm(1, nk);
+    }
+    gemm(16, 1024);
+    for (u64 m : quick ? std::vector<u64>{256} : std::vector<u64>{256, 1024}) {
+      gemm(m, 1024);
+    }
+    for (std::uint64_t bytes : {64ULL << 10, quick ? 32ULL << 20 : 64ULL << 20}) {
+      kernels::BandwidthResult bw = kernels::measure_bandwidth(bytes, m_threads, cpu_runs(quick));
+      out.passes.push_back(
+          {static_cast<double>(bytes), time_of(static_cast<double>(bytes), bw.read_bytes_per_s)});
+    }
+    return out;
+  }
+
 private:
   unsigned m_threads;
   detail::AbsorbedOutput m_absorbed;
@@ -353,6 +390,34 @@ public:
       r.phases = {{"decompress", time * 0.75}, {"attention", time * 0.25}};
     }
     return r;
+  }
+
+  /// A device whose GEMMs take 5 µs plus their bytes at 0.8 of its 1e11 B/s, and compute at
+  /// half its 2e12 bf16 FLOP/s beyond the floor; whose passes take 2 µs plus their bytes at 0.9
+  /// of it: the fits must give these back.
+  [[nodiscard]] EfficiencySweeps sweep(bool /*quick*/) override {
+    EfficiencySweeps out;
+    auto gemm = [&](u64 m, u64 nk) {
+      TimedGemm g;
+      g.dtype = "bf16";
+      g.m = m;
+      g.n = nk;
+      g.k = nk;
+      g.element_bytes = 2;
+      double t = 5e-6 + std::max(g.flops() / (0.5 * 2.0e12), g.bytes() / (0.8 * 1.0e11));
+      g.time_s = steady(t);
+      out.gemm.push_back(g);
+    };
+    for (u64 nk : {1024ULL, 2048ULL, 4096ULL}) {
+      gemm(1, nk);
+    }
+    for (u64 m : {256ULL, 1024ULL, 4096ULL}) {
+      gemm(m, 4096);
+    }
+    for (double bytes : {65536.0, 1073741824.0}) {
+      out.passes.push_back({bytes, steady(2e-6 + bytes / (0.9 * 1.0e11))});
+    }
+    return out;
   }
 
 private:

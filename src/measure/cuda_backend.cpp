@@ -87,6 +87,40 @@ public:
     });
   }
 
+  /// bf16 GEMMs of one row over weights of 1024² to 8192² (floor and streaming), of 16 rows,
+  /// and of 256, 1,024 and 4,096 rows over 8192² (compute); read passes of 64 KiB and 1 GiB.
+  [[nodiscard]] EfficiencySweeps sweep(bool quick) override {
+    return guarded("the efficiency sweeps", m_info.name, [&] {
+      EfficiencySweeps out;
+      unsigned runs = quick ? 5 : k_timed_runs;
+      auto gemm = [&](u64 m, u64 nk) {
+        TimedGemm g;
+        g.dtype = "bf16";
+        g.m = m;
+        g.n = nk;
+        g.k = nk;
+        g.element_bytes = 2;
+        g.time_s = gpu::time_gemm_bf16(m, nk, nk, runs, m_info.l2_bytes);
+        out.gemm.push_back(g);
+      };
+      for (u64 nk : {1024ULL, 2048ULL, 4096ULL, 8192ULL}) {
+        gemm(1, nk);
+      }
+      gemm(16, 8192);
+      for (u64 m : {256ULL, 1024ULL, 4096ULL}) {
+        gemm(m, 8192);
+      }
+      for (std::uint64_t bytes : {64ULL << 10, 1ULL << 30}) {
+        kernels::BandwidthResult bw = gpu::measure_bandwidth(bytes, runs);
+        auto b = static_cast<double>(bytes);
+        out.passes.push_back({b,
+                              {b / bw.read_bytes_per_s.median, b / bw.read_bytes_per_s.max,
+                               b / bw.read_bytes_per_s.min, bw.read_bytes_per_s.runs}});
+      }
+      return out;
+    });
+  }
+
   [[nodiscard]] KernelRun run_mla(const MlaKernelConfig& c, bool naive, bool quick) override {
     std::string what = naive ? "mla_decode.naive" : "mla_decode.absorbed";
     return guarded(what, m_info.name, [&] {

@@ -196,7 +196,7 @@ ProbeResults both_passes(ProbeResults a, const ProbeResults& b) {
 MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options) {
   // Progress as n/N: the probes, each kernel run, the probes again.
   std::size_t total =
-      2 + 2 * options.heads.size() * options.batches.size() * options.contexts.size();
+      3 + 2 * options.heads.size() * options.batches.size() * options.contexts.size();
   std::size_t done = 0;
   auto say = [&](const std::string& what) {
     ++done;
@@ -260,6 +260,8 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
       k.working_set_bytes = mla_inputs_bytes(c, backend.bytes_per_element());
     }
   }
+  say("sweeping GEMMs and memory passes for the efficiency curves");
+  r.sweeps = backend.sweep(options.quick);
   say("measuring the probes again");
   r.probes = both_passes(std::move(before), backend.probe(options.quick, configs));
   r.probes.bandwidth_bytes_per_s = r.probes.read_bytes_per_s.median;
@@ -295,6 +297,35 @@ MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options
   }
   return r;
 }
+
+namespace {
+
+/// The efficiency section of `p`, fitted from its measurement against the datasheet of the GPU
+/// measured (a CPU's, or the fake device's, own measured ceilings); the classes not measured
+/// from the GPU's typical profile where it has one. A GPU the catalog does not know keeps none.
+void attach_efficiency(DeviceProfile& p, const MeasureResult& r) {
+  Gpu datasheet;
+  if (r.backend == "cuda") {
+    try {
+      datasheet = device_of_profile(p, GpuCatalog());
+    } catch (const InputError&) {
+      return; // not in the catalog: nothing to take fractions of
+    }
+  } else {
+    datasheet.name = r.backend;
+    datasheet.memory_bandwidth_bytes_per_s = p.bandwidth_bytes_per_s;
+    datasheet.flops_per_s = p.flops_per_s;
+    if (!datasheet.flops_per_s.bf16) {
+      datasheet.flops_per_s.bf16 = datasheet.flops_per_s.fp32; // bf16 widened to fp32
+    }
+  }
+  std::optional<TypicalProfile> typical = typical_profile(datasheet);
+  p.efficiency = measured_efficiency(
+      r, datasheet, typical ? &*typical->profile->efficiency : nullptr,
+      typical ? "typical " + typical->profile->device + " profile" : std::string());
+}
+
+} // namespace
 
 DeviceProfile to_device_profile(const MeasureResult& r, std::string file) {
   DeviceProfile p;
@@ -334,6 +365,9 @@ DeviceProfile to_device_profile(const MeasureResult& r, std::string file) {
       << ", time_s: " << spread(k.time_s) << "}\n";
   }
   p.details_yaml = y.str();
+  if (!r.sweeps.empty()) {
+    attach_efficiency(p, r);
+  }
   return p;
 }
 

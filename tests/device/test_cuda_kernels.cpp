@@ -242,3 +242,30 @@ TEST_CASE("the cuda measure backend checks, times and reports phases", "[cuda][m
   CHECK(r.probes.levels[0].name == "L2");
   CHECK(r.probes.levels[1].read_bytes_per_s.median == r.probes.read_bytes_per_s.median);
 }
+
+TEST_CASE("the cuda backend's sweeps fit plausible efficiency curves", "[cuda][measure][sweep]") {
+  auto backend = make_measure_backend("cuda");
+  EfficiencySweeps s = backend->sweep(true);
+  REQUIRE(s.gemm.size() == 8);
+  REQUIRE(s.passes.size() == 2);
+  // One row over weights four times larger each time: each call takes longer.
+  for (std::size_t i = 1; i < 4; ++i) {
+    CHECK(s.gemm[i].time_s.median > s.gemm[i - 1].time_s.median);
+  }
+  // Fractions of this GPU's own measured ceilings: a floor of a launch and a few waves, weights
+  // streamed at a good share of the bandwidth, large GEMMs at a good share of the GEMM rate.
+  ProbeResults p = backend->probe(true, {});
+  REQUIRE(p.gemm.bf16.has_value());
+  auto g = fit_gemm(s.gemm, p.gemm.bf16->median, p.read_bytes_per_s.median);
+  REQUIRE(g.has_value());
+  CHECK(g->floor_s > 5e-7);
+  CHECK(g->floor_s < 5e-5);
+  CHECK(g->stream > 0.4);
+  REQUIRE(g->compute.x.size() == 3);
+  CHECK(g->compute.y.back() > 0.5);
+  auto e = fit_passes(s.passes, p.read_bytes_per_s.median);
+  REQUIRE(e.has_value());
+  CHECK(e->floor_s > 5e-7);
+  CHECK(e->floor_s < 5e-5);
+  CHECK(e->bandwidth > 0.5);
+}

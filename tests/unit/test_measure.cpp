@@ -448,3 +448,135 @@ TEST_CASE("the probes run before and after the kernels, the faster pass the ceil
   CHECK(r.kernels[0].memory_bytes_per_s == Approx(1.5e11));
   CHECK(r.kernels[0].roofline_fraction == Approx(0.8 / 1.5));
 }
+
+namespace {
+
+/// A figure the same in every run.
+Spread exactly(double v) {
+  return {v, v, v, 3};
+}
+
+TimedGemm gemm_call(u64 m, u64 nk, double seconds) {
+  TimedGemm g;
+  g.dtype = "bf16";
+  g.m = m;
+  g.n = nk;
+  g.k = nk;
+  g.element_bytes = 2;
+  g.time_s = exactly(seconds);
+  return g;
+}
+
+} // namespace
+
+TEST_CASE("a GEMM sweep gives back the floor, streaming and compute it was timed at",
+          "[measure][sweep]") {
+  // A device of 1e11 B/s and 2e12 FLOP/s. One row over 1024² weights: bytes (1024² + 1024 +
+  // 1024) × 2 = 2,101,248 B; over 2048²: (2048² + 4096) × 2 = 8,396,800 B. At 5 µs plus the bytes
+  // at 0.8 × 1e11 = 8e10 B/s: 5 + 26.2656 = 31.2656 µs and 5 + 104.96 = 109.96 µs.
+  std::vector<TimedGemm> calls{gemm_call(1, 1024, 5e-6 + 2101248 / 8e10),
+                               gemm_call(1, 2048, 5e-6 + 8396800 / 8e10)};
+  // 1,024 rows over 4096²: 2 × 1024 × 4096² = 34,359,738,368 FLOP; at 0.5 × 2e12 beyond the
+  // floor: 5 µs + 34.36 ms.
+  calls.push_back(gemm_call(1024, 4096, 5e-6 + 34359738368.0 / 1e12));
+  auto g = fit_gemm(calls, 2e12, 1e11);
+  REQUIRE(g.has_value());
+  CHECK(g->floor_s == Approx(5e-6).epsilon(1e-9));
+  CHECK(g->stream == Approx(0.8).epsilon(1e-9));
+  REQUIRE(g->compute.x == std::vector<double>{1024});
+  CHECK(g->compute.y.front() == Approx(0.5).epsilon(1e-9));
+
+  // One small call, or small calls of one size, say nothing of the streaming rate.
+  CHECK_FALSE(fit_gemm({calls[0], calls[2]}, 2e12, 1e11).has_value());
+  CHECK_FALSE(fit_gemm({calls[0], calls[0], calls[2]}, 2e12, 1e11).has_value());
+  // Time that falls as the weights grow is no bandwidth at all.
+  CHECK_FALSE(fit_gemm({gemm_call(1, 1024, 2e-5), gemm_call(1, 2048, 1e-5), calls[2]}, 2e12, 1e11)
+                  .has_value());
+  // A floor above a millisecond is clamped to the profile's limit, an efficiency above 1 to 1.
+  auto fast = fit_gemm({gemm_call(1, 1024, 1e-6 + 2101248 / 2e11),
+                        gemm_call(1, 2048, 1e-6 + 8396800 / 2e11), calls[2]},
+                       2e12, 1e11);
+  REQUIRE(fast.has_value());
+  CHECK(fast->stream == 1.0);
+}
+
+TEST_CASE("memory passes give back the elementwise floor and bandwidth", "[measure][sweep]") {
+  // 2 µs plus the bytes at 0.9 × 1e11: 64 KiB in 2.728 µs, 1 GiB in 11.93 ms.
+  std::vector<TimedPass> passes{{65536, exactly(2e-6 + 65536 / 9e10)},
+                                {1073741824.0, exactly(2e-6 + 1073741824.0 / 9e10)}};
+  auto e = fit_passes(passes, 1e11);
+  REQUIRE(e.has_value());
+  CHECK(e->floor_s == Approx(2e-6).epsilon(1e-6));
+  CHECK(e->bandwidth == Approx(0.9).epsilon(1e-9));
+  CHECK_FALSE(fit_passes({passes[0]}, 1e11).has_value());
+}
+
+TEST_CASE("the absorbed kernels measured give MLA decode's floor, bandwidth and compute",
+          "[measure][sweep]") {
+  // Two configurations: 10 MB in 3 + 10e6 / (0.6 × 1e11) = 169.67 µs, 40 MB in 669.67 µs; the
+  // faster FLOP rate 5e11 of a 2e12 peak.
+  std::vector<KernelMeasurement> k(3);
+  k[0].name = "mla_decode.absorbed";
+  k[0].bound = "memory";
+  k[0].cost.bytes = 10e6;
+  k[0].time_s = exactly(3e-6 + 10e6 / 6e10);
+  k[0].achieved_flops_per_s = 2e11;
+  k[1] = k[0];
+  k[1].cost.bytes = 40e6;
+  k[1].time_s = exactly(3e-6 + 40e6 / 6e10);
+  k[1].achieved_flops_per_s = 5e11;
+  k[2].name = "mla_decode.naive"; // not the absorbed kernel: left out
+  k[2].cost.bytes = 1e6;
+  k[2].time_s = exactly(1.0);
+  auto m = fit_mla_decode(k, 1e11, 2e12);
+  REQUIRE(m.has_value());
+  // A compute-bound configuration is off the line: with one memory-bound left there is none.
+  std::vector<KernelMeasurement> one = k;
+  one[1].bound = "compute";
+  CHECK_FALSE(fit_mla_decode(one, 1e11, 2e12).has_value());
+  CHECK(m->floor_s == Approx(3e-6).epsilon(1e-6));
+  CHECK(m->bandwidth == Approx(0.6).epsilon(1e-9));
+  CHECK(m->compute == Approx(0.25));
+}
+
+TEST_CASE("measure's profile carries the curves it fitted, the rest from the typical profile or "
+          "at the bound",
+          "[measure][sweep]") {
+  auto backend = make_measure_backend("fake");
+  MeasureOptions o;
+  o.heads = {16};
+  o.batches = {4, 16};
+  o.contexts = {2048};
+  MeasureResult r = run_measure(*backend, o);
+  REQUIRE_FALSE(r.sweeps.empty());
+  DeviceProfile p = to_device_profile(r, "fake.yaml");
+  REQUIRE(p.efficiency.has_value());
+  // The fake device's GEMMs: 5 µs, 0.8 of its 1e11 B/s, half its 2e12 bf16 FLOP/s; its passes
+  // 2 µs at 0.9 (FakeBackend::sweep).
+  CHECK(p.efficiency->gemm_bf16.floor_s == Approx(5e-6).epsilon(1e-9));
+  CHECK(p.efficiency->gemm_bf16.stream == Approx(0.8).epsilon(1e-9));
+  REQUIRE(p.efficiency->gemm_bf16.compute.y.size() == 3);
+  for (double eta : p.efficiency->gemm_bf16.compute.y) {
+    CHECK(eta == Approx(0.5).epsilon(1e-9));
+  }
+  CHECK(p.efficiency->elementwise.floor_s == Approx(2e-6).epsilon(1e-6));
+  CHECK(p.efficiency->elementwise.bandwidth == Approx(0.9).epsilon(1e-9));
+  // No typical profile covers the fake device: what it did not measure is at the bound.
+  CHECK(p.efficiency->prefill_bf16.compute.at(4096) == 1.0);
+  CHECK(p.efficiency->decode_bf16.floor_s == 0);
+  CHECK_THAT(p.efficiency->source, Catch::Contains("the rest at the bound"));
+  // The profile reads back with its curves, and prices an estimate like a typical one.
+  DeviceProfile back = parse_device_profile(device_profile_yaml(p), "fake.yaml");
+  REQUIRE(back.efficiency.has_value());
+  CHECK(back.efficiency->gemm_bf16.stream == p.efficiency->gemm_bf16.stream);
+  CHECK(back.efficiency->all_reduce_graph.empty());
+
+  // Measured on a GPU with a typical profile: its classes not measured are the typical ones.
+  const Gpu& h200 = GpuCatalog().find("h200");
+  const EfficiencyProfile& typical = *typical_profile(h200)->profile->efficiency;
+  EfficiencyProfile e = measured_efficiency(r, h200, &typical, "typical NVIDIA H200 profile");
+  CHECK(e.decode_bf16.floor_s == typical.decode_bf16.floor_s);
+  CHECK(e.all_reduce_graph.size() == typical.all_reduce_graph.size());
+  CHECK(e.gemm_bf16.floor_s == Approx(5e-6).epsilon(1e-9));
+  CHECK_THAT(e.source, Catch::Contains("the rest from the typical NVIDIA H200 profile"));
+}

@@ -163,6 +163,34 @@ struct ProbeResults {
   [[nodiscard]] std::vector<std::pair<std::string, Spread>> figures() const;
 };
 
+/// One timed GEMM of a sweep: A (m × k) times the weights Bᵀ (n × k), in `dtype`, the weights
+/// read from main memory each call.
+struct TimedGemm {
+  std::string dtype; ///< "bf16", "fp32"
+  u64 m = 0;
+  u64 n = 0;
+  u64 k = 0;
+  double element_bytes = 2;
+  double calls = 1; ///< products run at once (a CPU: one a thread), each m × n × k
+  Spread time_s;
+  [[nodiscard]] double flops() const;
+  [[nodiscard]] double bytes() const; ///< weights, inputs and outputs of every product
+};
+
+/// One timed pass reading `bytes` once, as a norm or an activation does.
+struct TimedPass {
+  double bytes = 0;
+  Spread time_s;
+};
+
+/// The sweeps behind a profile's efficiency curves (docs/device-profile.md): GEMMs over M and
+/// over the weights' size, and passes over memory from a few KiB to well beyond the caches.
+struct EfficiencySweeps {
+  std::vector<TimedGemm> gemm;
+  std::vector<TimedPass> passes;
+  [[nodiscard]] bool empty() const { return gemm.empty() && passes.empty(); }
+};
+
 /// What one kernel run returned.
 struct KernelRun {
   Spread time_s;
@@ -201,6 +229,9 @@ public:
   /// Error.
   [[nodiscard]] virtual KernelRun run_mla(const MlaKernelConfig& config, bool naive,
                                           bool quick) = 0;
+  /// The GEMM and memory-pass sweeps of the efficiency curves; none where the backend runs
+  /// none.
+  [[nodiscard]] virtual EfficiencySweeps sweep(bool /*quick*/) { return {}; }
 };
 
 /// "cpu", "fake", "cuda", or "auto" (cuda when built and a GPU is present, else cpu).
@@ -226,11 +257,40 @@ struct MeasureResult {
   std::string date; ///< UTC, YYYY-MM-DD
   ProbeResults probes;
   std::vector<KernelMeasurement> kernels;
+  EfficiencySweeps sweeps;
 };
 
 /// Checks that every configuration's inputs fit the backend's memory (an InputError naming
 /// the first that does not), then probes and runs each configuration.
 [[nodiscard]] MeasureResult run_measure(MeasureBackend& backend, const MeasureOptions& options);
+
+/// A GEMM's efficiency from its sweep (`calls` of one dtype): the floor and the streaming
+/// fraction from the calls of at most 16 rows, the least-squares line of time against bytes
+/// (its intercept the floor, its slope 1 / (stream × bandwidth)); the compute curve from the
+/// calls of at least 256 rows, FLOPs / ((time − floor) × peak) at each row count (the median
+/// over shapes). None without two small calls of different sizes on a rising line.
+[[nodiscard]] std::optional<device::GemmEfficiency> fit_gemm(const std::vector<TimedGemm>& calls,
+                                                             double peak, double bandwidth);
+
+/// Elementwise kernels from memory passes: the least-squares line of time against bytes, its
+/// intercept the floor and its slope 1 / (efficiency × bandwidth). None with fewer than two
+/// sizes on a rising line.
+[[nodiscard]] std::optional<device::EfficiencyProfile::Elementwise>
+fit_passes(const std::vector<TimedPass>& passes, double bandwidth);
+
+/// MLA decode from the absorbed kernels measured: the least-squares line of time against bytes
+/// over the memory-bound configurations (floor, bandwidth), and the highest FLOP rate any
+/// reached over `peak`. None with fewer than two memory-bound configurations of different sizes.
+[[nodiscard]] std::optional<device::EfficiencyProfile::MlaDecode>
+fit_mla_decode(const std::vector<KernelMeasurement>& kernels, double bandwidth, double peak);
+
+/// The efficiency section of a measurement against `datasheet` (the catalog entry of the GPU
+/// measured; a CPU's own measured ceilings): each class its sweeps measured, fitted; the
+/// others from `fallback` (the device's typical profile, named `fallback_name`) or, without
+/// one, at the bound (floor 0, efficiency 1). `source` says which is which.
+[[nodiscard]] device::EfficiencyProfile
+measured_efficiency(const MeasureResult& result, const device::Gpu& datasheet,
+                    const device::EfficiencyProfile* fallback, const std::string& fallback_name);
 
 /// The profile of a measurement (`file` names its origin), its details included.
 [[nodiscard]] device::DeviceProfile to_device_profile(const MeasureResult& result,

@@ -63,6 +63,12 @@ struct GemmRates {
 };
 [[nodiscard]] GemmRates measure_gemm_flops(std::uint64_t n, unsigned repeats);
 
+/// Seconds of one cuBLAS bf16 GEMM (fp32 accumulate) of m rows against n × k weights, each
+/// call reading its own copy of the weights from device memory (copies fill twice `l2_bytes`),
+/// over `repeats` calls after a warm-up.
+[[nodiscard]] Spread time_gemm_bf16(std::uint64_t m, std::uint64_t n, std::uint64_t k,
+                                    unsigned repeats, std::uint64_t l2_bytes);
+
 /// Seconds of one named phase of a kernel run, measured with CUDA events.
 struct PhaseTime {
   std::string name;
