@@ -320,16 +320,20 @@ SimulateInputs read_inputs(const SimulateArgs& args, std::ostream& err) {
     throw InputError("--efficiency and measured ceilings (--device-profile, --measure) both set "
                      "the ceilings; give one");
   }
-  if (args.pricing_given && args.pricing == Pricing::estimate &&
-      (!args.efficiency.empty() || !args.ceilings.device_profile.empty() ||
-       args.ceilings.measure)) {
+  if (args.pricing_given && args.pricing == Pricing::estimate && !args.efficiency.empty()) {
     throw InputError("--ceilings estimate prices steps with the kernels' efficiency curves, "
-                     "and --efficiency, --device-profile and --measure set ceilings for the "
-                     "bound; give one");
+                     "and --efficiency scales the bound's ceilings; give one");
   }
   in.efficiency = parse_efficiency(args.efficiency, "--efficiency");
   in.profile = read_ceilings(args.ceilings, args.parallel, GpuCatalog(args.parallel.gpu_file),
                              "add --measure, or a --device-profile that kvcalc measure wrote", err);
+  if (args.pricing_given && args.pricing == Pricing::estimate && in.profile &&
+      !in.profile->efficiency) {
+    throw InputError("--ceilings estimate prices steps with the kernels' efficiency curves, and " +
+                     in.profile->file +
+                     " has none (no efficiency section): it sets the bound's ceilings; drop "
+                     "one, or measure again with this kvcalc (its profiles carry the curves)");
+  }
   in.swap_bandwidth = static_cast<double>(parse_bytes(args.swap_bandwidth, "--swap-bandwidth"));
   if (in.swap_bandwidth <= 0) {
     throw InputError("--swap-bandwidth must be above 0 bytes per second");
@@ -558,7 +562,9 @@ Record describe_workload(const SimulateArgs& args, const SimulateInputs& in) {
   r.value("source", Cell::text(args.workload.empty() ? "command line" : args.workload));
   r.value("name", w.name.empty() ? Cell::empty() : Cell::text(w.name));
   r.value("seed", Cell::count(w.seed));
-  r.value("arrival", Cell::text(std::string(arrival_name(w.arrival))));
+  r.value("arrival", Cell::text(in.concurrency ? std::string("closed loop")
+                                               : std::string(arrival_name(w.arrival))));
+  r.value("clients", in.concurrency ? Cell::count(*in.concurrency) : Cell::empty());
   r.value("duration_s", w.duration_s ? Cell::number(*w.duration_s) : Cell::empty());
   r.value("requests", w.requests ? Cell::count(*w.requests) : Cell::empty());
   r.value("prompt_tokens", Cell::text(describe(w.prompt)));
@@ -596,7 +602,9 @@ void require_arrivals(const SimResult& x, const SimulateArgs& args, const Simula
 
 void warn_overload(const Scenario& s, std::vector<std::string>& warnings) {
   const SimResult& x = s.result;
-  if (!overloaded(x)) {
+  // A closed loop waits for its own requests: its queue is the clients beyond what the engine
+  // runs at once, not arrivals outrunning it.
+  if (s.concurrency || !overloaded(x)) {
     return;
   }
   double offered = offered_rate(x);
@@ -787,7 +795,7 @@ Record describe_scenario(const Scenario& s, bool trace) {
           s.rate          ? Cell::number(*s.rate)
           : s.concurrency ? Cell::empty().shown_as(group_digits(*s.concurrency) + " clients")
                           : Cell::empty().shown_as(trace ? "trace" : "burst"));
-  r.value("concurrency", s.concurrency ? Cell::count(*s.concurrency) : Cell::empty());
+  r.value("clients", s.concurrency ? Cell::count(*s.concurrency) : Cell::empty());
   r.value("rates", Cell::text(c.step.rates.source));
   r.value("pricing", Cell::text(c.pricing == Pricing::estimate ? "estimate" : "bound"));
   r.value("estimate_source", Cell::text(c.step.rates.estimate_note));
@@ -889,6 +897,7 @@ std::vector<ColumnRef> csv_columns() {
                                     {"tp"},
                                     {"engine"},
                                     {"rate_per_s"},
+                                    {"clients"},
                                     {"kv_pool.blocks", "", "kv_pool_blocks"},
                                     {"kv_pool.block_size", "", "block_size_tokens"},
                                     {"requests_arrived"},
@@ -963,17 +972,6 @@ Table latency_table(const Scenario& s, const Record& described) {
       x.mean_step_tokens, x.mean_running, group_digits(x.recomputed_tokens),
       group_digits(x.prefix_hit_tokens)));
   return d;
-}
-
-/// How a run priced its steps, for people.
-std::string pricing_note(const SimConfig& c) {
-  const DeviceRates& r = c.step.rates;
-  if (c.pricing == Pricing::estimate) {
-    return "steps priced by the estimate, what the kernels reach: " + r.estimate_note +
-           "; --ceilings datasheet prices them at the bound";
-  }
-  return "steps priced at the roofline's bound (" + r.source + "), an upper bound on speed" +
-         (r.estimate ? std::string() : "; " + r.estimate_note);
 }
 
 /// The result in every format, from the descriptions of the workload, the scheduler and the
@@ -1190,7 +1188,7 @@ Command setup_simulate(const Options& app) {
                       "Measured ceilings (a profile `kvcalc measure --profile` writes)");
   add_choice(cmd, "--ceilings", args->pricing, k_pricings,
              "Price steps with the estimate (the kernels' measured efficiency, where a profile "
-             "covers the GPU) or at the datasheet bound [default: estimate]")
+             "covers the GPU) or at the datasheet bound")
       .each([args](const std::string&) { args->pricing_given = true; })
       .group(k_group_ceilings);
   cmd.option("--slo", args->slo,
@@ -1220,6 +1218,16 @@ Command setup_simulate(const Options& app) {
             }
             return run_simulate(*args, out, err);
           }};
+}
+
+std::string pricing_note(const SimConfig& c) {
+  const DeviceRates& r = c.step.rates;
+  if (c.pricing == Pricing::estimate) {
+    return "steps priced by the estimate, what the kernels reach: " + r.estimate_note +
+           "; --ceilings datasheet prices them at the bound";
+  }
+  return "steps priced at the roofline's bound (" + r.source + "), an upper bound on speed" +
+         (r.estimate ? std::string() : "; " + r.estimate_note);
 }
 
 } // namespace kvcalc::cli

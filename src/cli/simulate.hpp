@@ -127,4 +127,7 @@ Record describe_workload(const SimulateArgs& args, const SimulateInputs& in);
 int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vector<Model>& models,
             CommandOutput& out, std::ostream& err);
 
+/// How a run priced its steps, for people: by the estimate and its profile, or at the bound.
+[[nodiscard]] std::string pricing_note(const sim::SimConfig& config);
+
 } // namespace kvcalc::cli

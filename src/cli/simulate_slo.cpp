@@ -278,13 +278,18 @@ std::vector<ColumnRef> slo_run_columns(const SloQuestion& q) {
 /// The result in every format: the JSON's workload and slo, the tables of instances and of
 /// runs for people, the runs as CSV.
 void render_slo(CommandOutput& out, const SimulateArgs& args, const SimulateInputs& in,
-                const SloQuestion& q, const Record& slo, const SloBest& best) {
+                const SloQuestion& q, const Record& slo, const SloBest& best,
+                const std::vector<std::string>& pricing) {
   out->field("workload", describe_workload(args, in));
   out->field("slo", slo);
   std::vector<ColumnRef> run_columns = slo_run_columns(q);
   Table runs = table_of(slo.records("runs"), run_columns);
   runs.title = "The simulations run";
-  out->table(slo_table(q, slo, best));
+  Table instances = slo_table(q, slo, best);
+  for (const std::string& note : pricing) {
+    instances.notes.push_back(note);
+  }
+  out->table(instances);
   out->table(runs);
   out->csv_table(table_of(slo.records("runs"), run_columns));
 }
@@ -298,6 +303,7 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
   std::vector<Record> rows;
   std::vector<Record> runs;
   SloBest best;
+  std::vector<std::string> pricing; // how the instances priced their steps, each said once
   SweepOutcomes outcomes = outcomes_of(bases);
   Progress progress(err, bases.size());
   for (const Scenario& base : bases) {
@@ -311,12 +317,16 @@ int run_slo(const SimulateArgs& args, const SimulateInputs& in, const std::vecto
     }
     progress.step((q.search ? "searching " : "checking ") + base.model + " on " + base.gpu +
                   " (tp " + std::to_string(base.config.step.parallel.tp) + ")");
+    if (std::string note = pricing_note(base.config);
+        std::find(pricing.begin(), pricing.end(), note) == pricing.end()) {
+      pricing.push_back(std::move(note));
+    }
     SloSearch found = search_instance(base, q, args, in);
     rows.push_back(describe_slo_row(base, found, q));
     describe_slo_runs(base, found, q, in.trace, runs);
     consider(best, base, found, q);
   }
-  render_slo(out, args, in, q, describe_slo(q, std::move(rows), std::move(runs)), best);
+  render_slo(out, args, in, q, describe_slo(q, std::move(rows), std::move(runs)), best, pricing);
   out.finish();
   return outcomes.exit_code();
 }

@@ -250,20 +250,20 @@ private:
         if (m_on_complete) {
           m_on_complete(r, r.arrival_s, r.arrival_s);
         }
-        m_source.left(r.arrival_s);
+        m_source.left(r.arrival_s, true);
         continue;
       }
       u64 total = checked_add(r.prompt_tokens, r.output_tokens);
       if (m_c.max_context > 0 && total > m_c.max_context) {
         ++m_r.requests_rejected;
         ++m_r.rejected_context;
-        m_source.left(r.arrival_s);
+        m_source.left(r.arrival_s, false);
         continue;
       }
       if (!m_kv.sequence_fits(total)) {
         ++m_r.requests_rejected;
         ++m_r.rejected_pool;
-        m_source.left(r.arrival_s);
+        m_source.left(r.arrival_s, false);
         continue;
       }
       if (m_waiting.size() + m_running.size() >= k_max_requests_in_system) {
@@ -658,7 +658,7 @@ private:
     if (m_on_complete) {
       m_on_complete(s.req, s.first_token_s, end);
     }
-    m_source.left(end);
+    m_source.left(end, true);
     release(s);
   }
 

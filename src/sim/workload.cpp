@@ -481,6 +481,7 @@ namespace {
 Workload lengths_only(Workload w) {
   w.arrival = ArrivalProcess::burst;
   w.duration_s.reset();
+  w.requests = w.requests.value_or(UINT64_MAX); // a duration alone: the loop stops at it
   return w;
 }
 
@@ -497,7 +498,7 @@ ClosedLoopSource::ClosedLoopSource(const Workload& workload, u64 clients)
 }
 
 std::optional<Request> ClosedLoopSource::next() {
-  if (m_free.empty()) {
+  if (m_free.empty() || m_rejected_in_a_row >= k_max_rejected_in_a_row) {
     return std::nullopt; // every client waits on a request in flight
   }
   double at = m_free.front();
@@ -514,7 +515,8 @@ std::optional<Request> ClosedLoopSource::next() {
   return r;
 }
 
-void ClosedLoopSource::left(double at) {
+void ClosedLoopSource::left(double at, bool served) {
+  m_rejected_in_a_row = served ? 0 : m_rejected_in_a_row + 1;
   m_free.push_back(at);
   std::push_heap(m_free.begin(), m_free.end(), std::greater<>());
 }

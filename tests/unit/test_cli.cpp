@@ -678,7 +678,7 @@ TEST_CASE("a piped trace and a piped model are read like files, once", "[cli][si
                   "--tp", "8", "--trace", fifo, "--format", "csv"});
   writer.join();
   REQUIRE(r.code == 0);
-  CHECK(r.out.find("\nllama-3.1-8b,h100-sxm,8,8,vllm,,282404,16,40,40,") != std::string::npos);
+  CHECK(r.out.find("\nllama-3.1-8b,h100-sxm,8,8,vllm,,,282404,16,40,40,") != std::string::npos);
   CHECK(r.out.find("\nllama-3.1-70b,h100-sxm,8,8,vllm,") != std::string::npos);
   CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 3); // the header and two full runs
   std::string model = (dir / "model").string();

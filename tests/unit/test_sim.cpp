@@ -1017,3 +1017,103 @@ TEST_CASE("SLO targets: parsed, checked, and the highest rate found by doubling 
   r.requests_rejected = 1;
   CHECK_FALSE(meets(r, ttft));
 }
+
+// ---------------------------------------------------------------------------------------------
+// The closed loop (simulate --concurrency)
+
+namespace {
+
+Workload fixed_lengths(std::optional<u64> requests, std::optional<double> duration) {
+  Workload w;
+  w.prompt = parse_length_distribution("100", "prompt");
+  w.output = parse_length_distribution("10", "output");
+  w.requests = requests;
+  w.duration_s = duration;
+  return w;
+}
+
+} // namespace
+
+TEST_CASE("a closed loop sends each client's next request when its last one leaves",
+          "[sim][closed]") {
+  ClosedLoopSource loop(fixed_lengths(5, std::nullopt), 2);
+  // Two clients, both at 0; then nothing until one is free.
+  auto a = loop.next();
+  auto b = loop.next();
+  REQUIRE(a.has_value());
+  REQUIRE(b.has_value());
+  CHECK(a->arrival_s == 0);
+  CHECK(b->arrival_s == 0);
+  CHECK(a->prompt_tokens == 100);
+  CHECK_FALSE(loop.next().has_value());
+  // The earlier of two free clients sends first, each at the moment it was freed.
+  loop.left(1.5, true);
+  loop.left(0.7, true);
+  CHECK(loop.next()->arrival_s == 0.7);
+  CHECK(loop.next()->arrival_s == 1.5);
+  CHECK_FALSE(loop.next().has_value());
+  // The fifth request is the last.
+  loop.left(2.0, true);
+  CHECK(loop.next()->arrival_s == 2.0);
+  loop.left(3.0, true);
+  CHECK_FALSE(loop.next().has_value());
+
+  // A duration alone: nothing is sent once a client is free at or after it.
+  ClosedLoopSource timed(fixed_lengths(std::nullopt, 10.0), 1);
+  CHECK(timed.next()->arrival_s == 0);
+  timed.left(9.5, true);
+  CHECK(timed.next()->arrival_s == 9.5);
+  timed.left(10.0, true);
+  CHECK_FALSE(timed.next().has_value());
+
+  // Rejections with nothing served between them: the loop stops after the limit instead of
+  // sending the same impossible request at the same instant for ever.
+  ClosedLoopSource stuck(fixed_lengths(std::nullopt, 10.0), 1);
+  u64 sent = 0;
+  while (stuck.next()) {
+    ++sent;
+    stuck.left(0.0, false);
+  }
+  CHECK(sent == ClosedLoopSource::k_max_rejected_in_a_row);
+
+  CHECK_THROWS_WITH(ClosedLoopSource(fixed_lengths(std::nullopt, std::nullopt), 4),
+                    Catch::Contains("--requests or --duration"));
+  CHECK_THROWS_WITH(ClosedLoopSource(fixed_lengths(5, std::nullopt), 0),
+                    Catch::Contains("at least 1 client"));
+}
+
+TEST_CASE("a closed loop of N clients keeps at most N requests in the instance", "[sim][closed]") {
+  SimConfig c = config("llama-3.1-8b", "h100-sxm", 1);
+  ClosedLoopSource loop(fixed_lengths(40, std::nullopt), 4);
+  u64 completed = 0;
+  double last_end = 0;
+  SimResult r = simulate(c, loop, {}, [&](const Request& req, double /*first*/, double end) {
+    ++completed;
+    CHECK(req.arrival_s <= end);
+    last_end = std::max(last_end, end);
+  });
+  CHECK(r.requests_completed == 40);
+  CHECK(completed == 40);
+  CHECK(r.peak_running == 4);
+  // Each of the 4 clients waits for its own request: 10 requests each, one after another.
+  CHECK(r.end_s == Approx(last_end));
+
+  // The engine runs fewer at once than there are clients: the rest queue, and the loop still
+  // finishes every request.
+  c.max_seqs = 2;
+  ClosedLoopSource capped(fixed_lengths(40, std::nullopt), 4);
+  SimResult q = simulate(c, capped);
+  CHECK(q.requests_completed == 40);
+  CHECK(q.peak_running == 2);
+  CHECK(q.queue.max > 0);
+
+  // Every request rejected (longer than the engine's limit): the loop gives up, the run ends.
+  c.max_context = 50;
+  ClosedLoopSource rejected(fixed_lengths(std::nullopt, 10.0), 2);
+  SimResult none = simulate(c, rejected);
+  CHECK(none.requests_completed == 0);
+  // (The instance asks for its next request before the last one is turned away, so one or two
+  // more than the limit are sent.)
+  CHECK(none.requests_rejected >= ClosedLoopSource::k_max_rejected_in_a_row);
+  CHECK(none.requests_rejected <= ClosedLoopSource::k_max_rejected_in_a_row + 2);
+}

@@ -38,8 +38,8 @@ public:
   /// The next request, or nullopt when there are none now. The simulator asks again after a
   /// request leaves: a closed loop's next request comes only then.
   virtual std::optional<Request> next() = 0;
-  /// A request left the instance at `at` seconds: finished, or rejected on arrival.
-  virtual void left(double /*at*/) {}
+  /// A request left the instance at `at` seconds: `served` (finished), or rejected on arrival.
+  virtual void left(double /*at*/, bool /*served*/) {}
 };
 
 /// Random numbers that are the same on every platform: std::mt19937_64 (its output is fixed by
@@ -157,18 +157,23 @@ private:
 
 /// A closed loop of clients, as `vllm bench serve --max-concurrency` and genai-perf run: each
 /// of `clients` sends a request at 0 and its next one the moment the previous leaves the
-/// instance. Lengths and prefixes are the workload's (its arrival process and rate are not
-/// used); it stops at the workload's request count, and sends nothing after its duration.
+/// instance (finished, or rejected). Lengths and prefixes are the workload's (its arrival
+/// process and rate are not used); it stops at the workload's request count, sends nothing
+/// after its duration, and stops after k_max_rejected_in_a_row rejections with nothing served
+/// between them (requests that can never run, sent again at the same instant).
 class ClosedLoopSource : public RequestSource {
 public:
   ClosedLoopSource(const Workload& workload, u64 clients);
   std::optional<Request> next() override;
-  void left(double at) override;
+  void left(double at, bool served) override;
+
+  static constexpr u64 k_max_rejected_in_a_row = 100000;
 
 private:
   SyntheticSource m_lengths;
   std::optional<double> m_duration_s;
   std::vector<double> m_free; ///< when each idle client sends: a min-heap
+  u64 m_rejected_in_a_row = 0;
 };
 
 /// Requests from a list (tests, small traces held in memory).
