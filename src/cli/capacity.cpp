@@ -44,6 +44,8 @@ struct FullLoad {
   u64 batch_per_replica = 0;
   double step_s = 0;
   double tokens_per_s = 0;
+  std::optional<StepEstimate> estimate; ///< the same step as the kernels reach it, where known
+  double replicas = 1;
 };
 
 struct Scenario {
@@ -63,6 +65,9 @@ std::optional<FullLoad> full_load(const Scenario& s, const ContextCapacity& x,
   rr.model = req.model;
   rr.gpu = req.gpu;
   rr.rates = device_rates(req.gpu, profile);
+  EstimateChoice estimate = choose_estimator(req.gpu, &profile);
+  rr.rates.estimate = std::move(estimate.estimator);
+  rr.rates.estimate_note = std::move(estimate.note);
   rr.cache = req.cache;
   rr.weight_dtype = req.weight_dtype;
   rr.parallel = c.parallel;
@@ -73,7 +78,8 @@ std::optional<FullLoad> full_load(const Scenario& s, const ContextCapacity& x,
   rr.context = x.tokens;
   try {
     RooflineResult step = compute_roofline(rr);
-    return FullLoad{rr.batch, step.time_s, step.tokens_per_s * static_cast<double>(c.replicas)};
+    auto replicas = static_cast<double>(c.replicas);
+    return FullLoad{rr.batch, step.time_s, step.tokens_per_s * replicas, step.estimate, replicas};
   } catch (const InputError& e) {
     unmodelled.insert(req.model.name + ": no decode time: " + e.what());
     return std::nullopt;
@@ -161,6 +167,12 @@ Record describe_row(const Scenario& s, const ContextCapacity* x,
       d.value("step_s", "decode step", timed ? Cell::seconds((*load)->step_s) : Cell::empty());
       d.value("tokens_per_s", "decode tok/s",
               timed ? Cell::number((*load)->tokens_per_s) : Cell::empty());
+      const std::optional<StepEstimate>* e = timed ? &(*load)->estimate : nullptr;
+      bool estimated = e && *e;
+      d.value("estimate_step_s", "est. decode step",
+              estimated ? Cell::seconds((*e)->time_s) : Cell::empty());
+      d.value("estimate_tokens_per_s", "est. decode tok/s",
+              estimated ? Cell::number((*e)->tokens_per_s * (*load)->replicas) : Cell::empty());
     }
   } else {
     r.value("context", Cell::empty(), k_json_only);
@@ -397,7 +409,10 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
                                     {"max_concurrency"}};
   if (profile) {
     columns.push_back({"decode_at_max_sequences.step_s", "", "decode_step_s"});
+    columns.push_back({"decode_at_max_sequences.estimate_step_s", "", "decode_estimate_step_s"});
     columns.push_back({"decode_at_max_sequences.tokens_per_s", "", "decode_tokens_per_s"});
+    columns.push_back(
+        {"decode_at_max_sequences.estimate_tokens_per_s", "", "decode_estimate_tokens_per_s"});
   }
   Output::TableId table = output->begin_table("", columns);
   // CSV: a row that does not fit carries its numbers and says so; one that could not be sized,
@@ -411,7 +426,8 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
     plot.emplace(contexts);
   }
   SweepOutcomes outcomes;
-  std::vector<std::string> unsized; // why each combination that could not be sized, each once
+  std::vector<std::string> unsized;   // why each combination that could not be sized, each once
+  std::vector<std::string> estimated; // where the estimate comes from, each once
   for (auto& request : capacity_requests(models, args.cache, args.parallel, args.engine,
                                          args.block_size, devices, contexts, args.max_context_at)) {
     std::optional<Scenario> s;
@@ -442,6 +458,15 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
       output->item(describe_row(*s, nullptr, nullptr, profile.has_value(), args));
     }
     notes.add(args, *s);
+    if (profile) {
+      EstimateChoice estimate = choose_estimator(s->request.gpu, &*profile);
+      std::string line = estimate.estimator
+                             ? "est. decode: what the kernels reach, from the " + estimate.note
+                             : estimate.note;
+      if (std::find(estimated.begin(), estimated.end(), line) == estimated.end()) {
+        estimated.push_back(std::move(line));
+      }
+    }
     if (args.explain && output->for_people()) {
       explain_budget(*s, output.document());
     }
@@ -459,6 +484,9 @@ int run_capacity(const CapacityArgs& args, std::ostream& out, std::ostream& err)
     output->note(table, std::move(line));
   }
   for (std::string& line : notes.lines(unmodelled)) {
+    output->note(table, std::move(line));
+  }
+  for (std::string& line : estimated) {
     output->note(table, std::move(line));
   }
   if (plot) {
@@ -494,7 +522,7 @@ Command setup_capacity(const Options& app) {
       .group(k_group_engine);
   add_ceiling_options(cmd, args->ceilings,
                       "Measured ceilings (kvcalc measure --profile): adds the decode step time "
-                      "and tokens/s with every sequence that fits running "
+                      "and tokens/s with every sequence that fits running, bound and estimate "
                       "(docs/device-profile.md)");
   cmd.flag("--explain", args->explain, "Print the budget, step by step").group(k_group_output);
   cmd.option("--plot", args->plot,

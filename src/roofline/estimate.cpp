@@ -50,14 +50,17 @@ Estimator::Estimator(EfficiencyProfile profile, const Gpu& gpu, std::string sour
     : m_profile(std::move(profile)), m_bandwidth(gpu.memory_bandwidth_bytes_per_s),
       m_peaks(gpu.flops_per_s), m_source(std::move(source)) {
   m_profile.prepare();
+  for (std::size_t t = 0; t < m_peak_of.size(); ++t) {
+    auto pick = peak_flops(m_peaks, static_cast<DType>(t));
+    if (!pick) {
+      pick = m_peaks.bf16 ? m_peaks.bf16 : m_peaks.fp16;
+    }
+    m_peak_of[t] = pick.value_or(0);
+  }
 }
 
 double Estimator::peak(DType math) const {
-  auto pick = peak_flops(m_peaks, math);
-  if (!pick) {
-    pick = m_peaks.bf16 ? m_peaks.bf16 : m_peaks.fp16;
-  }
-  return pick.value_or(0);
+  return m_peak_of[static_cast<std::size_t>(math)];
 }
 
 double Estimator::gemm_s(const Kernels& k, DType math, double flops, double bytes,
@@ -82,6 +85,16 @@ double Estimator::attention_s(const Kernels& k, DType math, double flops, double
   // the activations and streamed at the bf16 GEMM's fraction.
   const AttentionSums* s = k.sums;
   double prefill_query = s ? s->prefill_query : 0;
+  double p = peak(math);
+  if (prefill_query == 0) {
+    // Decode sequences only: the whole op on the decode kernel.
+    const auto& a = is_fp8(k.kv) ? m_profile.decode_fp8 : m_profile.decode_bf16;
+    double per_call = (kv > 0 ? kv : activations) / std::max(k.calls, 1.0);
+    double compute = p > 0 ? flops / (a.compute * p) : 0;
+    double memory = (kv + activations) / (read(a.bandwidth, per_call, memo) * m_bandwidth) +
+                    weights / (m_profile.gemm_bf16.stream * m_bandwidth);
+    return k.calls * a.floor_s + std::max(compute, memory);
+  }
   auto part = [](double whole, double prefill, double total) {
     return total > 0 ? whole * prefill / total : 0;
   };
@@ -94,7 +107,6 @@ double Estimator::attention_s(const Kernels& k, DType math, double flops, double
   auto stream_s = [&](const Share& x) {
     return x.weights / (m_profile.gemm_bf16.stream * m_bandwidth);
   };
-  double p = peak(math);
   double total = 0;
   if (!s || s->query > prefill_query) {
     const auto& a = is_fp8(k.kv) ? m_profile.decode_fp8 : m_profile.decode_bf16;

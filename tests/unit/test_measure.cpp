@@ -572,7 +572,8 @@ TEST_CASE("measure's profile carries the curves it fitted, the rest from the typ
   CHECK(back.efficiency->all_reduce_graph.empty());
 
   // Measured on a GPU with a typical profile: its classes not measured are the typical ones.
-  const Gpu& h200 = GpuCatalog().find("h200");
+  GpuCatalog catalog;
+  const Gpu& h200 = catalog.find("h200");
   const EfficiencyProfile& typical = *typical_profile(h200)->profile->efficiency;
   EfficiencyProfile e = measured_efficiency(r, h200, &typical, "typical NVIDIA H200 profile");
   CHECK(e.decode_bf16.floor_s == typical.decode_bf16.floor_s);

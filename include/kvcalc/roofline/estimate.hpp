@@ -84,6 +84,8 @@ private:
   device::EfficiencyProfile m_profile;
   double m_bandwidth = 0;
   device::PeakFlops m_peaks;
+  /// The datasheet peak of each DType (mxfp4 the last), worked out once.
+  std::array<double, static_cast<std::size_t>(DType::mxfp4) + 1> m_peak_of{};
   std::string m_source;
 };
 
