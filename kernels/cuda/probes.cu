@@ -256,11 +256,12 @@ Spread time_gemm_bf16(std::uint64_t m64, std::uint64_t n64, std::uint64_t k64, u
   } guard{handle};
   KVCALC_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
   // Enough copies of the weights that each call finds its own out of the L2, as a model's
-  // next layer does (twice the L2 in all, at most 64 copies).
+  // next layer does: twice the L2 in all (and never more than 4 GiB).
   std::size_t weight_elements = static_cast<std::size_t>(n) * static_cast<std::size_t>(k);
   std::uint64_t weight_bytes = weight_elements * sizeof(__nv_bfloat16);
+  std::uint64_t most = std::max<std::uint64_t>(1, (4ULL << 30) / weight_bytes);
   std::size_t copies = static_cast<std::size_t>(
-      std::min<std::uint64_t>(64, std::max<std::uint64_t>(1, 2 * l2_bytes / weight_bytes + 1)));
+      std::min<std::uint64_t>(most, std::max<std::uint64_t>(1, 2 * l2_bytes / weight_bytes + 1)));
   DeviceBuffer<__nv_bfloat16> a(static_cast<std::size_t>(m) * static_cast<std::size_t>(k));
   DeviceBuffer<__nv_bfloat16> b(weight_elements * copies);
   DeviceBuffer<__nv_bfloat16> c(static_cast<std::size_t>(m) * static_cast<std::size_t>(n));

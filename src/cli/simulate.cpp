@@ -293,6 +293,11 @@ SimulateInputs read_inputs(const SimulateArgs& args, std::ostream& err) {
     if (*args.concurrency == 0) {
       throw InputError("--concurrency must be at least 1 client");
     }
+    if (*args.concurrency > k_max_requests_in_system) {
+      throw InputError("--concurrency " + group_digits(*args.concurrency) + " is over " +
+                       group_digits(k_max_requests_in_system) +
+                       " clients, the most requests one instance may hold at once; lower it");
+    }
     in.concurrency = args.concurrency;
     in.rates.emplace_back();
     (void)ClosedLoopSource(in.workload, *in.concurrency); // its checks, before any output

@@ -79,10 +79,13 @@ std::optional<GemmEfficiency> fit_gemm(const std::vector<TimedGemm>& calls, doub
   GemmEfficiency e;
   e.floor_s = floor_of(line->a);
   e.stream = efficiency_of(1.0 / (line->b * bandwidth));
+  // A compute point only where the call took clearly longer than streaming its bytes would
+  // (a quarter more): a call still bound by its weights says nothing of compute.
   std::map<u64, std::vector<double>> by_rows;
   for (const TimedGemm& g : calls) {
     double beyond = g.time_s.median - e.floor_s;
-    if (g.m >= 256 && beyond > 0) {
+    double streaming = g.bytes() / (e.stream * bandwidth);
+    if (g.m >= 256 && beyond > 1.25 * streaming) {
       by_rows[g.m].push_back(g.flops() / (beyond * peak));
     }
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include <kvcalc/core/error.hpp>
 #include <kvcalc/roofline/roofline.hpp>
 
 using namespace kvcalc::device;
@@ -166,7 +167,7 @@ double Estimator::collective_s(const Collective& c, const Topology& links, bool 
   if (c.kind == CollectiveKind::all_reduce && c.domains == 1) {
     const auto& tables = graph ? m_profile.all_reduce_graph : m_profile.all_reduce_eager;
     if (auto t = all_reduce_time(tables, c.group, c.message_bytes)) {
-      return *t;
+      return std::max(*t, c.time_s); // a measured time below the link's bound is another link's
     }
   }
   double up_eta = c.kind == CollectiveKind::dispatch  ? eta.dispatch
@@ -190,7 +191,22 @@ EstimateChoice choose_estimator(const Gpu& gpu, const DeviceProfile* measured) {
   if (auto typical = typical_profile(gpu)) {
     const DeviceProfile& p = *typical->profile;
     out.note = "typical " + p.device + " profile, " + p.file + " (" + typical->how + ")";
-    out.estimator = std::make_shared<const Estimator>(*p.efficiency, gpu, out.note);
+    // The all-reduce tables are times over the measured GPU's own link: a GPU whose link
+    // differs prices its all-reduces at the links' fractions instead.
+    EfficiencyProfile e = *p.efficiency;
+    std::optional<Gpu> tables_gpu;
+    try {
+      tables_gpu = device_of_profile(p, GpuCatalog());
+    } catch (const InputError&) {
+      tables_gpu.reset();
+    }
+    if (!tables_gpu || tables_gpu->interconnect_bytes_per_s != gpu.interconnect_bytes_per_s) {
+      e.all_reduce_graph.clear();
+      e.all_reduce_eager.clear();
+      out.note += "; its all-reduce tables were measured over another link, so all-reduces are "
+                  "priced at the link's measured fraction";
+    }
+    out.estimator = std::make_shared<const Estimator>(std::move(e), gpu, out.note);
     return out;
   }
   std::string covered;

@@ -523,6 +523,7 @@ void place_other_weights(StepShape& shape, const Model& m, std::optional<DType> 
     if (t.name.starts_with("state.")) {
       shape.state.params += count / d(t.count) / shards;
       shape.state.weights += bytes / d(t.count) / shards;
+      shape.state.linears += t.linear ? 1 : 0; // each group is one matmul of every state layer
     } else if (t.name == "params_override_remainder") {
       shape.other.params = count * stage_share / shape.split.attention_tp;
       shape.other.weights = bytes * stage_share / shape.split.attention_tp;
@@ -700,8 +701,10 @@ template <class Sink> void StepCost::projections(const StepLoad& load, Sink& op)
              n * (h + q_out) * w * Lm, 0, gemm(Lm, n));
     }
     double latent = d(md.kv_lora_rank + md.qk_rope_head_dim);
+    // With a low-rank query the engines fuse q_down and kv_down into one GEMM (vLLM's and
+    // SGLang's fused_qkv_a_proj): one launch a layer between them.
     op.add("attention.kv_down", x.math.attention, 2 * n * h * latent * Lm, x.mla.w_kv_down * Lm,
-           n * (h + latent) * w * Lm, 0, gemm(Lm, n));
+           n * (h + latent) * w * Lm, 0, gemm(md.q_lora_rank > 0 ? 0 : Lm, n));
     op.add("attention.rotary", m.dtype, 3 * n * (heads + 1) * d(md.qk_rope_head_dim) * Lm, 0,
            2 * n * (heads + 1) * d(md.qk_rope_head_dim) * w * Lm, 0,
            {KernelClass::elementwise, Lm});
@@ -823,9 +826,11 @@ template <class Sink> void StepCost::state_layers(const StepLoad& load, Sink& op
   double h = d(m_req.model.hidden_size);
   double w = m_shape.activation_bytes;
   op.add("state.proj", m_shape.math.attention, 2 * n * st.params * st.layers,
-         st.weights * st.layers, 2 * n * h * w * st.layers, 0, gemm(st.layers, n));
+         st.weights * st.layers, 2 * n * h * w * st.layers, 0,
+         gemm(std::max(st.linears, 1.0) * st.layers, n));
+  // The scan's kernels: the causal convolution and the recurrence itself.
   op.add("state.scan", DType::fp32, 4 * n * st.elements * st.layers, 0, 0,
-         2 * load.sequences * st.bytes * st.layers, {KernelClass::elementwise, st.layers});
+         2 * load.sequences * st.bytes * st.layers, {KernelClass::elementwise, 2 * st.layers});
 }
 
 /// The MLP: dense layers, then MoE layers.
@@ -1181,9 +1186,11 @@ StepEstimate Roofline::estimate_totals(const RooflineResult& bound, const Roofli
   double transfer =
       bound.stage_transfer ? m_cost.transfer_s(*bound.stage_transfer, Pricing::estimate) : 0;
   // The engine's own time runs once a step, whatever the stages.
-  e.time_s = pp * e.stage_s + (pp - 1) * transfer + m_req.rates.estimate->step_overhead_s();
+  double overhead = m_req.rates.estimate->step_overhead_s();
+  e.time_s = pp * e.stage_s + (pp - 1) * transfer + overhead;
   bool decode = req.phase == Phase::decode;
-  e.tokens_per_s = decode ? pp * in_flight / e.time_s : in_flight / std::max(e.stage_s, transfer);
+  e.tokens_per_s =
+      decode ? pp * in_flight / e.time_s : in_flight / std::max(e.stage_s + overhead, transfer);
   e.tokens_per_s_per_gpu = e.tokens_per_s / d(bound.gpus);
   e.time_per_token_s = decode ? e.time_s / bound.tokens_per_step : e.time_s;
   return e;

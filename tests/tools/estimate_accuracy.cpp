@@ -226,9 +226,9 @@ void decode_leave_one_out(const std::vector<Device>& devices) {
     summarize("decode attention (leave one out)", errors);
   }
   std::printf(
-      "\n  h200, fp8 KV: the profile takes the H100's FP8-KV floor and curve (no H200 FP8-KV "
-      "rows), not the H200's bf16\n  curve: on the H100, where both exist, the bf16 "
-      "curve would price the FP8-KV calls at:");
+      "\n  h200, fp8 KV: the profile takes the H100's FP8-KV curve scaled by the H200/H100 bf16 "
+      "ratio (no H200 FP8-KV\n  rows), not the H200's bf16 curve: on the H100, where both "
+      "exist, the bf16 curve would price the FP8-KV calls at:");
   // The borrowing's error where both curves were measured: H100 FP8-KV calls priced with the
   // H100's bf16 curve and the FP8 floor.
   const Device& h100 = devices[0];

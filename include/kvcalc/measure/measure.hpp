@@ -267,8 +267,9 @@ struct MeasureResult {
 /// A GEMM's efficiency from its sweep (`calls` of one dtype): the floor and the streaming
 /// fraction from the calls of at most 16 rows, the least-squares line of time against bytes
 /// (its intercept the floor, its slope 1 / (stream × bandwidth)); the compute curve from the
-/// calls of at least 256 rows, FLOPs / ((time − floor) × peak) at each row count (the median
-/// over shapes). None without two small calls of different sizes on a rising line.
+/// calls of at least 256 rows that took a quarter longer than streaming their bytes, FLOPs /
+/// ((time − floor) × peak) at each row count (the median over shapes). None without two small
+/// calls of different sizes on a rising line, or without a compute-bound call.
 [[nodiscard]] std::optional<device::GemmEfficiency> fit_gemm(const std::vector<TimedGemm>& calls,
                                                              double peak, double bandwidth);
 

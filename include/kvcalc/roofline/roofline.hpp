@@ -304,6 +304,7 @@ struct StepShape {
     double elements = 0;
     double weights = 0; ///< per layer
     double params = 0;  ///< per layer (2 FLOP each per token)
+    double linears = 0; ///< matmuls a layer (Mamba-1 4, Mamba-2 2, Gated DeltaNet 3)
   } state;
   /// Weights no formula places (a params override's remainder), on this GPU.
   struct Other {
