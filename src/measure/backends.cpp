@@ -309,25 +309,13 @@ public:
   /// passes of 64 KiB and of an array beyond the caches.
   [[nodiscard]] EfficiencySweeps sweep(bool quick) override {
     EfficiencySweeps out;
-    auto gemm = [&](u64 m, u64 nk) {
-      TimedGemm g;
-      g.dtype = "fp32";
-      g.m = m;
-      g.n = nk;
-      g.k = nk;
-      g.element_bytes = 4;
-      g.calls = m_threads;
-      Spread rate = kernels::measure_gemm_flops({m, nk, nk}, m_threads, cpu_runs(quick));
-      g.time_s = time_of(g.flops(), rate);
-      out.gemm.push_back(g);
-    };
-    for (u64 nk : {256ULL, 512ULL, 1024ULL}) {
-      gemm(1, nk);
-    }
-    gemm(16, 1024);
-    for (u64 m : quick ? std::vector<u64>{256} : std::vector<u64>{256, 1024}) {
-      gemm(m, 1024);
-    }
+    out.gemm = sweep_gemms(
+        "fp32", 4, m_threads, {256, 512, 1024},
+        quick ? std::vector<u64>{16, 256} : std::vector<u64>{16, 256, 1024},
+        [&](const TimedGemm& g) {
+          return time_of(g.flops(),
+                         kernels::measure_gemm_flops({g.m, g.k, g.n}, m_threads, cpu_runs(quick)));
+        });
     for (std::uint64_t bytes : {64ULL << 10, quick ? 32ULL << 20 : 64ULL << 20}) {
       kernels::BandwidthResult bw = kernels::measure_bandwidth(bytes, m_threads, cpu_runs(quick));
       out.passes.push_back(
@@ -397,23 +385,10 @@ public:
   /// of it: the fits must give these back.
   [[nodiscard]] EfficiencySweeps sweep(bool /*quick*/) override {
     EfficiencySweeps out;
-    auto gemm = [&](u64 m, u64 nk) {
-      TimedGemm g;
-      g.dtype = "bf16";
-      g.m = m;
-      g.n = nk;
-      g.k = nk;
-      g.element_bytes = 2;
-      double t = 5e-6 + std::max(g.flops() / (0.5 * 2.0e12), g.bytes() / (0.8 * 1.0e11));
-      g.time_s = steady(t);
-      out.gemm.push_back(g);
-    };
-    for (u64 nk : {1024ULL, 2048ULL, 4096ULL}) {
-      gemm(1, nk);
-    }
-    for (u64 m : {256ULL, 1024ULL, 4096ULL}) {
-      gemm(m, 4096);
-    }
+    out.gemm =
+        sweep_gemms("bf16", 2, 1, {1024, 2048, 4096}, {256, 1024, 4096}, [](const TimedGemm& g) {
+          return steady(5e-6 + std::max(g.flops() / (0.5 * 2.0e12), g.bytes() / (0.8 * 1.0e11)));
+        });
     for (double bytes : {65536.0, 1073741824.0}) {
       out.passes.push_back({bytes, steady(2e-6 + bytes / (0.9 * 1.0e11))});
     }

@@ -93,23 +93,10 @@ public:
     return guarded("the efficiency sweeps", m_info.name, [&] {
       EfficiencySweeps out;
       unsigned runs = quick ? 5 : k_timed_runs;
-      auto gemm = [&](u64 m, u64 nk) {
-        TimedGemm g;
-        g.dtype = "bf16";
-        g.m = m;
-        g.n = nk;
-        g.k = nk;
-        g.element_bytes = 2;
-        g.time_s = gpu::time_gemm_bf16(m, nk, nk, runs, m_info.l2_bytes);
-        out.gemm.push_back(g);
-      };
-      for (u64 nk : {1024ULL, 2048ULL, 4096ULL, 8192ULL}) {
-        gemm(1, nk);
-      }
-      gemm(16, 8192);
-      for (u64 m : {256ULL, 1024ULL, 4096ULL}) {
-        gemm(m, 8192);
-      }
+      out.gemm = sweep_gemms("bf16", 2, 1, {1024, 2048, 4096, 8192}, {16, 256, 1024, 4096},
+                             [&](const TimedGemm& g) {
+                               return gpu::time_gemm_bf16(g.m, g.n, g.k, runs, m_info.l2_bytes);
+                             });
       for (std::uint64_t bytes : {64ULL << 10, 1ULL << 30}) {
         kernels::BandwidthResult bw = gpu::measure_bandwidth(bytes, runs);
         auto b = static_cast<double>(bytes);

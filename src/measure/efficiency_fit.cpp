@@ -64,6 +64,29 @@ double TimedGemm::bytes() const {
   return calls * (nn * kk + mm * kk + mm * nn) * element_bytes;
 }
 
+std::vector<TimedGemm> sweep_gemms(const std::string& dtype, double element_bytes, double calls,
+                                   const std::vector<u64>& sizes, const std::vector<u64>& rows,
+                                   const std::function<Spread(const TimedGemm&)>& time) {
+  std::vector<TimedGemm> out;
+  auto add = [&](u64 m, u64 nk) {
+    TimedGemm& g = out.emplace_back();
+    g.dtype = dtype;
+    g.m = m;
+    g.n = nk;
+    g.k = nk;
+    g.element_bytes = element_bytes;
+    g.calls = calls;
+    g.time_s = time(g);
+  };
+  for (u64 nk : sizes) {
+    add(1, nk);
+  }
+  for (u64 m : rows) {
+    add(m, sizes.back());
+  }
+  return out;
+}
+
 std::optional<GemmEfficiency> fit_gemm(const std::vector<TimedGemm>& calls, double peak,
                                        double bandwidth) {
   std::vector<std::pair<double, double>> small;

@@ -177,6 +177,14 @@ struct TimedGemm {
   [[nodiscard]] double bytes() const; ///< weights, inputs and outputs of every product
 };
 
+/// A sweep's GEMMs in `dtype`, `calls` products at once: one row over square weights of each of
+/// `sizes` (n = k: the floor and the streaming rate), then each of `rows` over the largest (the
+/// compute curve), each timed by `time`.
+[[nodiscard]] std::vector<TimedGemm>
+sweep_gemms(const std::string& dtype, double element_bytes, double calls,
+            const std::vector<u64>& sizes, const std::vector<u64>& rows,
+            const std::function<Spread(const TimedGemm&)>& time);
+
 /// One timed pass reading `bytes` once, as a norm or an activation does.
 struct TimedPass {
   double bytes = 0;
