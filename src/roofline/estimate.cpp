@@ -16,10 +16,6 @@ bool is_fp8(DType t) {
   return t == DType::fp8_e4m3 || t == DType::fp8_e5m2;
 }
 
-bool is_16_bit_or_wider(DType t) {
-  return t == DType::bf16 || t == DType::fp16 || t == DType::fp32;
-}
-
 /// The part of an op that one set of sequences takes: its FLOPs, weights, activations and KV.
 struct Share {
   double flops = 0;
@@ -28,24 +24,7 @@ struct Share {
   double kv = 0;
 };
 
-/// `curve` at `x`, through `memo` when there is one.
-double read(const Curve& curve, double x, CurveMemo* memo) {
-  return memo ? memo->at(curve, x) : curve.at(x);
-}
-
 } // namespace
-
-double CurveMemo::at(const Curve& curve, double x) {
-  for (const Entry& e : m_entries) {
-    if (e.curve == &curve && e.x == x) {
-      return e.y;
-    }
-  }
-  Entry& e = m_entries[m_next];
-  m_next = (m_next + 1) % m_entries.size();
-  e = {&curve, x, curve.at(x)};
-  return e.y;
-}
 
 Estimator::Estimator(EfficiencyProfile profile, const Gpu& gpu, std::string source)
     : m_profile(std::move(profile)), m_bandwidth(gpu.memory_bandwidth_bytes_per_s),
@@ -58,24 +37,6 @@ Estimator::Estimator(EfficiencyProfile profile, const Gpu& gpu, std::string sour
     }
     m_peak_of[t] = pick.value_or(0);
   }
-}
-
-double Estimator::peak(DType math) const {
-  return m_peak_of[static_cast<std::size_t>(math)];
-}
-
-double Estimator::gemm_s(const Kernels& k, DType math, double flops, double bytes,
-                         CurveMemo* memo) const {
-  // 16-bit math on the bf16 curve; fp8 by its scales; the other narrow types (int8, fp4) are
-  // block- or row-scaled like fp8 with block scales, and take that curve at their own peak.
-  const GemmEfficiency& g = is_16_bit_or_wider(math)          ? m_profile.gemm_bf16
-                            : is_fp8(math) && !k.block_scales ? m_profile.gemm_fp8
-                                                              : m_profile.gemm_fp8_block;
-  double p = peak(math);
-  double compute = p > 0 ? flops / (read(g.compute, std::max(k.rows, 1.0), memo) * p) : 0;
-  double memory = bytes / (g.stream * m_bandwidth);
-  return k.calls * g.floor_s + std::max(compute, memory) +
-         k.elementwise_calls * m_profile.elementwise.floor_s;
 }
 
 double Estimator::attention_s(const Kernels& k, DType math, double flops, double weights,
@@ -128,35 +89,6 @@ double Estimator::attention_s(const Kernels& k, DType math, double flops, double
     total += k.calls * a.floor_s + std::max(compute, memory);
   }
   return total;
-}
-
-double Estimator::op_s(const Kernels& k, DType math, double flops, double weights,
-                       double activations, double kv, CurveMemo* memo) const {
-  double bytes = weights + activations + kv;
-  double p = peak(math);
-  switch (k.kind) {
-  case KernelClass::gemm:
-    return gemm_s(k, math, flops, bytes, memo);
-  case KernelClass::grouped_gemm: {
-    const auto& g = m_profile.grouped;
-    const Curve& c = is_16_bit_or_wider(math) ? g.compute_bf16 : g.compute_fp8;
-    double compute = p > 0 ? flops / (read(c, std::max(k.rows, 1.0), memo) * p) : 0;
-    return k.calls * g.floor_s + std::max(compute, bytes / (g.stream * m_bandwidth));
-  }
-  case KernelClass::attention:
-    return attention_s(k, math, flops, weights, activations, kv, memo);
-  case KernelClass::mla_attention: {
-    const auto& a = m_profile.mla_decode;
-    double compute = p > 0 ? flops / (a.compute * p) : 0;
-    return k.calls * a.floor_s + std::max(compute, bytes / (a.bandwidth * m_bandwidth));
-  }
-  case KernelClass::elementwise: {
-    const auto& e = m_profile.elementwise;
-    double compute = p > 0 ? flops / p : 0;
-    return k.calls * e.floor_s + std::max(compute, bytes / (e.bandwidth * m_bandwidth));
-  }
-  }
-  return 0;
 }
 
 double Estimator::collective_s(const Collective& c, const Topology& links, bool graph) const {

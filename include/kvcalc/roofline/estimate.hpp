@@ -4,6 +4,7 @@
 /// (docs/formulas.md, "Estimate"). The roofline prices every op both ways; the bound is the
 /// datasheet's, the estimate what a deployment should see.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <memory>
@@ -76,6 +77,7 @@ public:
 
 private:
   [[nodiscard]] double peak(DType math) const;
+  [[nodiscard]] static double read(const device::Curve& curve, double x, CurveMemo* memo);
   [[nodiscard]] double gemm_s(const Kernels& k, DType math, double flops, double bytes,
                               CurveMemo* memo) const;
   [[nodiscard]] double attention_s(const Kernels& k, DType math, double flops, double weights,
@@ -88,6 +90,74 @@ private:
   std::array<double, static_cast<std::size_t>(DType::mxfp4) + 1> m_peak_of{};
   std::string m_source;
 };
+
+// The per-op pricing, inline: the simulator prices every op of every step through it.
+
+inline double CurveMemo::at(const device::Curve& curve, double x) {
+  for (const Entry& e : m_entries) {
+    if (e.curve == &curve && e.x == x) {
+      return e.y;
+    }
+  }
+  Entry& e = m_entries[m_next];
+  m_next = (m_next + 1) % m_entries.size();
+  e = {&curve, x, curve.at(x)};
+  return e.y;
+}
+
+inline double Estimator::read(const device::Curve& curve, double x, CurveMemo* memo) {
+  return memo ? memo->at(curve, x) : curve.at(x);
+}
+
+inline double Estimator::peak(DType math) const {
+  return m_peak_of[static_cast<std::size_t>(math)];
+}
+
+inline double Estimator::gemm_s(const Kernels& k, DType math, double flops, double bytes,
+                                CurveMemo* memo) const {
+  // 16-bit math on the bf16 curve; fp8 by its scales; the other narrow types (int8, fp4) are
+  // block- or row-scaled like fp8 with block scales, and take that curve at their own peak.
+  bool wide = math == DType::bf16 || math == DType::fp16 || math == DType::fp32;
+  bool fp8 = math == DType::fp8_e4m3 || math == DType::fp8_e5m2;
+  const device::GemmEfficiency& g = wide                     ? m_profile.gemm_bf16
+                                    : fp8 && !k.block_scales ? m_profile.gemm_fp8
+                                                             : m_profile.gemm_fp8_block;
+  double p = peak(math);
+  double compute = p > 0 ? flops / (read(g.compute, std::max(k.rows, 1.0), memo) * p) : 0;
+  double memory = bytes / (g.stream * m_bandwidth);
+  return k.calls * g.floor_s + std::max(compute, memory) +
+         k.elementwise_calls * m_profile.elementwise.floor_s;
+}
+
+inline double Estimator::op_s(const Kernels& k, DType math, double flops, double weights,
+                              double activations, double kv, CurveMemo* memo) const {
+  double bytes = weights + activations + kv;
+  double p = peak(math);
+  switch (k.kind) {
+  case KernelClass::gemm:
+    return gemm_s(k, math, flops, bytes, memo);
+  case KernelClass::grouped_gemm: {
+    const auto& g = m_profile.grouped;
+    bool wide = math == DType::bf16 || math == DType::fp16 || math == DType::fp32;
+    const device::Curve& c = wide ? g.compute_bf16 : g.compute_fp8;
+    double compute = p > 0 ? flops / (read(c, std::max(k.rows, 1.0), memo) * p) : 0;
+    return k.calls * g.floor_s + std::max(compute, bytes / (g.stream * m_bandwidth));
+  }
+  case KernelClass::attention:
+    return attention_s(k, math, flops, weights, activations, kv, memo);
+  case KernelClass::mla_attention: {
+    const auto& a = m_profile.mla_decode;
+    double compute = p > 0 ? flops / (a.compute * p) : 0;
+    return k.calls * a.floor_s + std::max(compute, bytes / (a.bandwidth * m_bandwidth));
+  }
+  case KernelClass::elementwise: {
+    const auto& e = m_profile.elementwise;
+    double compute = p > 0 ? flops / p : 0;
+    return k.calls * e.floor_s + std::max(compute, bytes / (e.bandwidth * m_bandwidth));
+  }
+  }
+  return 0;
+}
 
 /// The estimator for `gpu`: `measured`'s efficiencies when the profile has them, else the
 /// typical profile of the GPU's kind; none (null) when no measurement covers the GPU, with
