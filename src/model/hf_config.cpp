@@ -101,13 +101,14 @@ constexpr std::array k_refused{
 
 /// Parts of a key's name that say it may describe the cache: a key that has one, is not read,
 /// and is not on k_unrelated_keys is an error (never silently ignored).
-constexpr std::array<std::string_view, 30> k_cache_words{
-    "window",    "chunk",          "layer_type", "block_type",  "override_pattern",
-    "attn_type", "attention_type", "full_attn",  "linear_attn", "kv_",
-    "_kv",       "key_value",      "mamba",      "ssm",         "state_size",
-    "d_state",   "conv",           "linear_",    "index_",      "kda",
-    "lightning", "shared_layers",  "nextn",      "mtp",         "head_dim",
-    "n_head",    "num_heads",      "n_groups",   "num_layers",  "_layers"};
+constexpr std::array<std::string_view, 33> k_cache_words{
+    "window",      "chunk",          "layer_type",    "block_type",  "override_pattern",
+    "attn_type",   "attention_type", "full_attn",     "linear_attn", "kv_",
+    "_kv",         "key_value",      "mamba",         "ssm",         "state_size",
+    "d_state",     "conv",           "linear_",       "index_",      "kda",
+    "lightning",   "shared_layers",  "nextn",         "mtp",         "head_dim",
+    "n_head",      "num_heads",      "n_groups",      "num_layers",  "_layers",
+    "multi_query", "block_config",   "heads_in_group"};
 
 /// Keys with a cache word in their name that do not change the cache.
 constexpr std::array<std::string_view, 35> k_unrelated_keys{
@@ -1233,9 +1234,21 @@ Family family_of(const std::vector<MapReader>& scopes, Diagnostics& diag) {
   }
   if (f.model_type.empty()) {
     f.model_type = f.architecture;
+    // Falcon's remote-code configs name their family by class alone: RWForCausalLM is the
+    // legacy RefinedWeb code, the new decoder (Falcon-40B/180B) where it gives n_head_kv and
+    // the old one (Falcon-7B, multi-query) where it does not (tiiuae's configuration_RW.py).
+    if (f.architecture == "RWForCausalLM") {
+      bool new_decoder = std::any_of(scopes.begin(), scopes.end(),
+                                     [](const MapReader& s) { return s.has("n_head_kv"); });
+      f.model_type = new_decoder ? "RefinedWeb" : "RefinedWebModel";
+    } else if (f.architecture == "FalconForCausalLM") {
+      f.model_type = "falcon";
+    }
     diag.warnings.push_back(
         "config has no model_type: reading it as " +
-        (f.model_type.empty() ? std::string("a generic decoder") : "'" + f.model_type + "'"));
+        (f.model_type.empty() ? std::string("a generic decoder") : "'" + f.model_type + "'") +
+        (f.model_type != f.architecture ? " (its architecture, " + f.architecture + ")"
+                                        : std::string()));
   }
   return f;
 }

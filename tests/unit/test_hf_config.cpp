@@ -163,6 +163,50 @@ TEST_CASE("Falcon's legacy and current spellings agree", "[hf]") {
   CHECK(f40.attention.kv_heads == 8);
 }
 
+TEST_CASE("a Falcon config that names its family by class alone reads as Falcon", "[hf]") {
+  // tiiuae's RW configs without model_type: RWForCausalLM is the RefinedWeb code, multi-query
+  // (Falcon-7B) unless it gives n_head_kv (Falcon-40B). Read as a generic decoder, Falcon-7B
+  // would be 71 KV heads, 71 times its cache.
+  Diagnostics d;
+  std::string f7 = slurp(k_fixtures / "falcon-7b.rw.json");
+  f7.replace(f7.find("\"model_type\": \"RefinedWebModel\","),
+             std::string("\"model_type\": \"RefinedWebModel\",").size(), "");
+  Model m7 = parse_hf_config(f7, "falcon-7b.json", d);
+  CHECK(m7.attention.kind == AttentionKind::mqa);
+  // 32 layers × 1 KV head × 64 (4544 / 71) × 2 (K and V) × 2 B.
+  CHECK(kv_per_token(m7) == 32 * 1 * 64 * 2 * 2);
+  CHECK(mentions(d, "reading it as 'RefinedWebModel' (its architecture, RWForCausalLM)"));
+
+  std::string f40 = slurp(k_fixtures / "falcon-40b.rw.json");
+  std::size_t at = f40.find("\"model_type\"");
+  REQUIRE(at != std::string::npos);
+  f40.erase(at, f40.find('\n', at) - at + 1);
+  Model m40 = parse_hf_config(f40, "falcon-40b.json", d);
+  CHECK(m40.attention.kind == AttentionKind::gqa);
+  // 60 layers × 8 KV heads × 64 (8192 / 128) × 2 × 2 B.
+  CHECK(kv_per_token(m40) == 60 * 8 * 64 * 2 * 2);
+}
+
+TEST_CASE("keys that set KV heads per layer or by multi-query are read or refused, never dropped",
+          "[hf][errors]") {
+  Diagnostics d;
+  // DeciLM / Nemotron-NAS: each layer's attention in block_configs (no_op layers hold no KV,
+  // n_heads_in_group sets the KV heads); read as uniform layers it is 13 times too big.
+  CHECK_THROWS_WITH(parse_hf_config(R"({"model_type": "nemotron-nas", "hidden_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": null,
+    "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16",
+    "block_configs": [{"attention": {"n_heads_in_group": 2, "no_op": false}},
+                      {"attention": {"n_heads_in_group": null, "no_op": true}}]})",
+                                    "c.json", d),
+                    Catch::Contains("config key 'block_configs' may change the cache"));
+  // multi_query in a family that does not read it.
+  CHECK_THROWS_WITH(parse_hf_config(R"({"model_type": "llama", "hidden_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+    "vocab_size": 100, "torch_dtype": "bfloat16", "multi_query": true})",
+                                    "c.json", d),
+                    Catch::Contains("config key 'multi_query' may change the cache"));
+}
+
 TEST_CASE("config.json is told from kvcalc YAML by content", "[hf]") {
   Diagnostics d;
   Model m = parse_model_document(R"({"model_type": "llama", "num_hidden_layers": 2,
