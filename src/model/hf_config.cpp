@@ -255,8 +255,9 @@ public:
     return m_locations;
   }
 
-  /// The first key of any scope that names a cache word and was never read.
-  [[nodiscard]] std::optional<std::pair<std::string, SourceLocation>> unread_cache_key() const {
+  /// Every key of any scope that names a cache word and was never read, in config order.
+  [[nodiscard]] std::vector<std::pair<std::string, SourceLocation>> unread_cache_keys() const {
+    std::vector<std::pair<std::string, SourceLocation>> out;
     for (const auto& scope : m_scopes) {
       for (const auto& item : scope.yaml()) {
         if (!item.first.IsScalar()) {
@@ -274,11 +275,11 @@ public:
             std::any_of(k_cache_words.begin(), k_cache_words.end(),
                         [&](std::string_view w) { return lower.find(w) != std::string::npos; });
         if (cache) {
-          return std::make_pair(key, scope.where(key));
+          out.emplace_back(key, scope.where(key));
         }
       }
     }
-    return std::nullopt;
+    return out;
   }
 
 private:
@@ -1368,16 +1369,24 @@ void read_extra_layers(const ConfigView& c, Model& m) {
 }
 
 /// Stops at the first key that may change the cache and that nothing read (ConfigView's
-/// unread_cache_key): kvcalc does not guess what it means.
+/// unread_cache_keys): kvcalc does not guess what they mean. Every such key is named at once,
+/// the first at the error's location and the others at theirs in the message.
 void refuse_unread_cache_key(const ConfigView& c) {
-  if (auto key = c.unread_cache_key()) {
-    throw InputError(key->second,
-                     "config key '" + key->first +
-                         "' may change the cache and kvcalc does not read it (model_type '" +
-                         c.model_type() +
-                         "'); rather than guess, kvcalc stops — write a kvcalc YAML "
-                         "(docs/model-format.md) or report the family");
+  auto keys = c.unread_cache_keys();
+  if (keys.empty()) {
+    return;
   }
+  std::string more;
+  for (std::size_t i = 1; i < keys.size(); ++i) {
+    more += (i == 1 ? "" : ", ") + ("'" + keys[i].first + "' (" + keys[i].second.str() + ")");
+  }
+  throw InputError(keys.front().second,
+                   "config key '" + keys.front().first + "'" +
+                       (more.empty() ? std::string() : " and " + more) + " may change the " +
+                       "cache and kvcalc does not read " + (more.empty() ? "it" : "them") +
+                       " (model_type '" + c.model_type() +
+                       "'); rather than guess, kvcalc stops — write a kvcalc YAML "
+                       "(docs/model-format.md) or report the family");
 }
 
 } // namespace

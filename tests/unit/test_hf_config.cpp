@@ -199,6 +199,18 @@ TEST_CASE("keys that set KV heads per layer or by multi-query are read or refuse
                       {"attention": {"n_heads_in_group": null, "no_op": true}}]})",
                                     "c.json", d),
                     Catch::Contains("config key 'block_configs' may change the cache"));
+  // Every unread key at once, the first at the error's location: each at its value (line 3:
+  // four spaces, "vocab_size": 100, "torch_dtype": "bfloat16", then "swa_layers": with [ in
+  // column 65 and, after "mystery_kv_heads": , 2 in column 90; line 4: "x" in column 21).
+  CHECK_THROWS_WITH(parse_hf_config(R"({"model_type": "llama", "hidden_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+    "vocab_size": 100, "torch_dtype": "bfloat16", "swa_layers": [1], "mystery_kv_heads": 2,
+    "chunk_layout": "x"})",
+                                    "c.json", d),
+                    Catch::Contains("c.json:3:65: config key 'swa_layers' and "
+                                    "'mystery_kv_heads' (c.json:3:90), 'chunk_layout' "
+                                    "(c.json:4:21) may change the cache and kvcalc does not read "
+                                    "them"));
   // multi_query in a family that does not read it.
   CHECK_THROWS_WITH(parse_hf_config(R"({"model_type": "llama", "hidden_size": 64,
     "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
