@@ -110,44 +110,54 @@ constexpr std::array<std::string_view, 33> k_cache_words{
     "n_head",      "num_heads",      "n_groups",      "num_layers",  "_layers",
     "multi_query", "block_config",   "heads_in_group"};
 
-/// Keys with a cache word in their name that do not change the cache.
-constexpr std::array<std::string_view, 35> k_unrelated_keys{
-    "use_cache",
-    "attention_dropout",
-    "conv_bias",
-    "mamba_proj_bias",
-    "mamba_hidden_act",
-    "chunk_size",
-    "mamba_chunk_size",
-    "mtp_use_dedicated_embeddings",
-    "layernorm_full_attention_alpha",
-    "layernorm_full_attention_beta",
-    "layernorm_linear_attention_alpha",
-    "layernorm_linear_attention_beta",
-    "rotary_dim",
-    "rotary_pct",
-    "qk_layernorm",
-    "use_qk_norm",
-    "attn_logit_softcapping",
-    "num_logits_to_keep",
-    "mla_use_nope",
-    "use_mamba_kernels",
-    "mamba_d_ssm",
-    "kv_lora_rank_norm",
-    "moe_layer_freq_offset",
-    "router_jitter_noise",
-    "mamba_step",
-    "num_nextn_predict_layers_share",
-    "ssm_in_multiplier",
-    "ssm_out_multiplier",
-    "ssm_multipliers",
-    "mamba_rms_norm",
-    "mamba_norm_before_gate",
-    "mamba_use_mlp",
-    "attn_implementation",
-    "swa_attention_sink_bias",
-    "add_swa_attention_sink_bias",
+/// A key with a cache word in its name that does not change the cache, and why.
+struct UnrelatedKey {
+  std::string_view key;
+  std::string_view why;
 };
+
+/// Keys with a cache word in their name known not to change the cache; any other unread one
+/// stops the import.
+constexpr std::array<UnrelatedKey, 37> k_unrelated_keys{{
+    {"use_cache", "whether generate() keeps a cache, not its layout"},
+    {"attention_dropout", "training only"},
+    {"conv_bias", "a weight of the convolution, not the state it keeps"},
+    {"mamba_proj_bias", "a weight, not the state"},
+    {"mamba_hidden_act", "an activation function"},
+    {"chunk_size", "the Mamba-2 scan's chunking of a prompt, not a cache"},
+    {"mamba_chunk_size", "the Mamba-2 scan's chunking of a prompt, not a cache"},
+    {"chunk_size_feed_forward",
+     "transformers' PretrainedConfig default: the feed-forward computed in chunks, compute only"},
+    {"mtp_use_dedicated_embeddings", "which embedding the MTP module reads, not its layers"},
+    {"use_mtp", "a switch; the MTP layers' count is read from their own key"},
+    {"layernorm_full_attention_alpha", "a norm's scale"},
+    {"layernorm_full_attention_beta", "a norm's shift"},
+    {"layernorm_linear_attention_alpha", "a norm's scale"},
+    {"layernorm_linear_attention_beta", "a norm's shift"},
+    {"rotary_dim", "the rotated part of each head, inside the head the cache stores"},
+    {"rotary_pct", "the rotated part of each head, inside the head the cache stores"},
+    {"qk_layernorm", "norms on q and k before the cache"},
+    {"use_qk_norm", "norms on q and k before the cache"},
+    {"attn_logit_softcapping", "a cap on the scores"},
+    {"num_logits_to_keep", "logits returned by forward()"},
+    {"mla_use_nope", "how MLA's no-RoPE part is computed, not what the latent holds"},
+    {"use_mamba_kernels", "which kernels run"},
+    {"mamba_d_ssm", "Falcon-H1's SSM width, whose family is refused by name"},
+    {"kv_lora_rank_norm", "a norm on the latent"},
+    {"moe_layer_freq_offset", "which layers are MoE, a feed-forward matter"},
+    {"router_jitter_noise", "training only"},
+    {"mamba_step", "a training schedule"},
+    {"num_nextn_predict_layers_share", "weight sharing among MTP layers"},
+    {"ssm_in_multiplier", "a scale"},
+    {"ssm_out_multiplier", "a scale"},
+    {"ssm_multipliers", "scales"},
+    {"mamba_rms_norm", "a norm"},
+    {"mamba_norm_before_gate", "a norm's place"},
+    {"mamba_use_mlp", "a feed-forward matter"},
+    {"attn_implementation", "which kernels run"},
+    {"swa_attention_sink_bias", "a learned bias in the scores"},
+    {"add_swa_attention_sink_bias", "a learned bias in the scores"},
+}};
 
 template <std::size_t N>
 bool contains(const std::array<std::string_view, N>& list, std::string_view value) {
@@ -268,7 +278,9 @@ public:
         for (char ch : key) {
           lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
         }
-        if (m_read.count(key) > 0 || contains(k_unrelated_keys, lower) || item.second.IsNull()) {
+        bool unrelated = std::any_of(k_unrelated_keys.begin(), k_unrelated_keys.end(),
+                                     [&](const UnrelatedKey& u) { return u.key == lower; });
+        if (m_read.count(key) > 0 || unrelated || item.second.IsNull()) {
           continue;
         }
         bool cache =

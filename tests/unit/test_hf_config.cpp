@@ -211,6 +211,15 @@ TEST_CASE("keys that set KV heads per layer or by multi-query are read or refuse
                                     "'mystery_kv_heads' (c.json:3:90), 'chunk_layout' "
                                     "(c.json:4:21) may change the cache and kvcalc does not read "
                                     "them"));
+  // Keys with a cache word that are known not to change the cache pass: transformers'
+  // chunk_size_feed_forward default, an MTP switch.
+  Model m = parse_hf_config(R"({"model_type": "llama", "hidden_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+    "vocab_size": 100, "torch_dtype": "bfloat16", "chunk_size_feed_forward": 0,
+    "use_mtp": false})",
+                            "c.json", d);
+  // 2 layers × 4 KV heads × 16 (64 / 4) × 2 × 2 B.
+  CHECK(kv_per_token(m) == 2 * 4 * 16 * 2 * 2);
   // multi_query in a family that does not read it.
   CHECK_THROWS_WITH(parse_hf_config(R"({"model_type": "llama", "hidden_size": 64,
     "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
