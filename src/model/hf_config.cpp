@@ -75,15 +75,25 @@ constexpr std::array k_type_defaults{
 };
 
 /// Model types whose MLP is up/down with no gate.
-constexpr std::array<std::string_view, 11> k_plain_mlp{
-    "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode", "gpt2",      "gpt_neox",
-    "gptj",   "opt",        "bloom",           "phi",         "nemotron_h"};
+constexpr std::array<std::string_view, 12> k_plain_mlp{
+    "falcon", "RefinedWeb", "RefinedWebModel", "gpt_bigcode", "gpt2",       "gpt_neox",
+    "gptj",   "opt",        "bloom",           "phi",         "nemotron_h", "mpt"};
 
 /// Model types whose transformers config class ties embeddings by default.
-constexpr std::array<std::string_view, 13> k_tied_by_default{
-    "gemma",       "gemma2",          "gemma3", "gemma3_text", "gpt_bigcode",         "falcon",
-    "RefinedWeb",  "RefinedWebModel", "gpt2",   "minicpm3",    "MiniCPM3ForCausalLM", "mamba",
-    "falcon_mamba"};
+constexpr std::array<std::string_view, 14> k_tied_by_default{"gemma",
+                                                             "gemma2",
+                                                             "gemma3",
+                                                             "gemma3_text",
+                                                             "gpt_bigcode",
+                                                             "falcon",
+                                                             "RefinedWeb",
+                                                             "RefinedWebModel",
+                                                             "gpt2",
+                                                             "minicpm3",
+                                                             "MiniCPM3ForCausalLM",
+                                                             "mamba",
+                                                             "falcon_mamba",
+                                                             "mpt"};
 
 /// Families kvcalc knows but does not model, with the reason.
 struct Refused {
@@ -803,8 +813,8 @@ void read_windows(const ConfigView& c, Model& m, Diagnostics& diag, bool layout_
 void read_attention(const ConfigView& c, Model& m, Diagnostics& diag) {
   const std::string& type = c.model_type();
   Attention& a = m.attention;
-  a.heads =
-      c.required({"num_attention_heads", "n_head", "num_heads"}, "attention.heads", "query heads");
+  a.heads = c.required({"num_attention_heads", "n_head", "num_heads", "n_heads"}, "attention.heads",
+                       "query heads");
   if (auto rank = c.count({"kv_lora_rank"}, "attention.kv_lora_rank"); rank && *rank > 0) {
     a.kind = AttentionKind::mla;
     a.mla.kv_lora_rank = *rank;
@@ -843,14 +853,34 @@ void read_attention(const ConfigView& c, Model& m, Diagnostics& diag) {
     }
   } else if (type == "gpt_bigcode") {
     a.kv_heads = c.flag({"multi_query"}).value_or(true) ? 1 : a.heads;
+  } else if (type == "mpt") {
+    // MPT's attn_config.attn_type (mosaicml's configuration_mpt.py): multi-query attention
+    // keeps one KV head, grouped-query kv_n_heads, multi-head every head.
+    std::string kind = c.text({"attn_type"}).value_or("multihead_attention");
+    if (kind == "multiquery_attention") {
+      a.kv_heads = 1;
+    } else if (kind == "grouped_query_attention") {
+      a.kv_heads = c.required({"kv_n_heads"}, "attention.kv_heads",
+                              "KV heads of grouped-query "
+                              "attention");
+    } else if (kind == "multihead_attention") {
+      a.kv_heads = a.heads;
+      c.consume({"kv_n_heads"});
+    } else {
+      auto hit = c.find({"attn_type"});
+      throw InputError(hit->first->where(hit->second),
+                       "attn_type '" + kind +
+                           "' is not one of MPT's (multihead_attention, "
+                           "multiquery_attention, grouped_query_attention)");
+    }
   } else if (auto mq = c.flag({"multi_query_attention"})) {
     // ChatGLM: multi_query_group_num KV groups when multi-query attention is on.
     a.kv_heads = *mq ? c.required({"multi_query_group_num"}, "attention.kv_heads",
                                   "KV groups of multi-query attention")
                      : a.heads;
-  } else if (auto kv = c.count(
-                 {"num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"},
-                 "attention.kv_heads")) {
+  } else if (auto kv = c.count({"num_key_value_heads", "num_kv_heads", "n_head_kv",
+                                "multi_query_group_num", "kv_n_heads"},
+                               "attention.kv_heads")) {
     a.kv_heads = *kv;
   } else {
     a.kv_heads = a.heads;
@@ -1005,16 +1035,17 @@ Moe read_experts(const ConfigView& c, Model& m, u64 routed) {
   const std::string& type = c.model_type();
   Moe e;
   e.routed_experts = routed;
-  e.experts_per_token =
-      c.required({"num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk"},
-                 "moe.experts_per_token", "experts each token is routed to");
+  e.experts_per_token = c.required({"num_experts_per_tok", "experts_per_token",
+                                    "num_experts_per_token", "moe_topk", "moe_top_k"},
+                                   "moe.experts_per_token", "experts each token is routed to");
   if (auto expert = c.count({"moe_intermediate_size"}, "moe.expert_intermediate_size")) {
     e.expert_intermediate_size = *expert;
     m.mlp.intermediate_size =
         c.count({"intermediate_size", "ffn_hidden_size"}, "mlp.intermediate_size").value_or(0);
   } else {
-    e.expert_intermediate_size = c.required({"intermediate_size"}, "moe.expert_intermediate_size",
-                                            "the MLP width of one expert");
+    e.expert_intermediate_size =
+        c.required({"intermediate_size", "ffn_hidden_size"}, "moe.expert_intermediate_size",
+                   "the MLP width of one expert");
     // Llama 4's dense layers have a width of their own.
     m.mlp.intermediate_size =
         c.count({"intermediate_size_mlp"}, "mlp.intermediate_size").value_or(0);
@@ -1051,6 +1082,12 @@ Moe read_experts(const ConfigView& c, Model& m, u64 routed) {
 void read_dense_width(const ConfigView& c, Model& m, Diagnostics& diag) {
   auto width = c.count({"intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_hidden_size"},
                        "mlp.intermediate_size");
+  if (!width && c.model_type() == "mpt") {
+    // MPT's MLP is expansion_ratio × d_model wide.
+    if (auto ratio = c.count({"expansion_ratio"}, "mlp.intermediate_size")) {
+      width = checked_mul(*ratio, m.hidden_size);
+    }
+  }
   m.mlp.intermediate_size = width && *width > 0 ? *width : checked_mul(4, m.hidden_size);
   if ((!width || *width == 0) && std::any_of(m.layer_types.begin(), m.layer_types.end(),
                                              [](LayerType t) { return t != LayerType::state; })) {
@@ -1126,8 +1163,8 @@ std::vector<FfnType> moe_layer_types(const ConfigView& c, const Model& m) {
 /// are MoE, from the layout where it gives the parts, else from the MoE keys.
 void read_ffn(const ConfigView& c, Model& m, const Layout& layout, Diagnostics& diag) {
   m.mlp.kind = contains(k_plain_mlp, c.model_type()) ? MlpKind::plain : MlpKind::gated;
-  auto routed =
-      c.count({"n_routed_experts", "num_local_experts", "num_experts"}, "moe.routed_experts");
+  auto routed = c.count({"n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts"},
+                        "moe.routed_experts");
   bool moe = routed && *routed > 1;
   if (moe) {
     m.moe = read_experts(c, m, *routed);
@@ -1216,6 +1253,12 @@ std::vector<MapReader> architecture_scopes(const MapReader& top, Diagnostics& di
     }
   }
   scopes.push_back(top);
+  // DBRX (and MPT) keep the attention's and the feed-forward's keys in maps of their own.
+  for (auto nested : {"attn_config", "ffn_config"}) {
+    if (auto inner = top.map(nested); inner && inner->yaml().IsMap()) {
+      scopes.push_back(*inner);
+    }
+  }
   return scopes;
 }
 
@@ -1303,20 +1346,21 @@ std::optional<YAML::Node> quantization_block(const ConfigView& c, const SiblingR
 
 /// The number of layers; newer Nemotron-H configs give it only as their pattern's length.
 u64 layer_count(const ConfigView& c) {
-  std::optional<u64> layers = c.count({"num_hidden_layers", "n_layer", "num_layers"}, "layers");
+  std::optional<u64> layers =
+      c.count({"num_hidden_layers", "n_layer", "num_layers", "n_layers"}, "layers");
   if (!layers) {
     if (auto pattern = c.text({"hybrid_override_pattern"})) {
       layers = pattern->size();
     }
   }
   if (!layers) {
-    (void)c.required({"num_hidden_layers", "n_layer", "num_layers"}, "layers",
+    (void)c.required({"num_hidden_layers", "n_layer", "num_layers", "n_layers"}, "layers",
                      "the number of layers");
   }
   try {
     check_layer_count(*layers);
   } catch (const InputError& e) {
-    auto hit = c.find({"num_hidden_layers", "n_layer", "num_layers"});
+    auto hit = c.find({"num_hidden_layers", "n_layer", "num_layers", "n_layers"});
     throw InputError(hit ? hit->first->where(hit->second) : SourceLocation{c.file(), 1, 1},
                      e.what());
   }
@@ -1334,7 +1378,7 @@ void read_sizes(const ConfigView& c, Model& m, Diagnostics& diag) {
                             "capacity do (set vocab_size in a kvcalc YAML)");
   }
   m.max_context = c.count({"max_position_embeddings", "n_positions", "seq_length",
-                           "max_sequence_length", "model_max_length"},
+                           "max_sequence_length", "model_max_length", "max_seq_len"},
                           "max_context")
                       .value_or(0);
   if (auto tied = c.flag({"tie_word_embeddings"})) {
@@ -1454,7 +1498,7 @@ Model parse_model_document(const std::string& text, const std::string& file, Dia
     return parse_model_yaml(text, file);
   }
   for (const char* key : {"model_type", "architectures", "num_hidden_layers", "n_layer",
-                          "num_layers", "text_config", "num_attention_heads"}) {
+                          "num_layers", "n_layers", "text_config", "num_attention_heads"}) {
     if (root[key].IsDefined()) {
       return parse_hf_config(text, file, diag);
     }

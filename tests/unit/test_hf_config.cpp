@@ -228,6 +228,54 @@ TEST_CASE("keys that set KV heads per layer or by multi-query are read or refuse
                     Catch::Contains("config key 'multi_query' may change the cache"));
 }
 
+TEST_CASE("DBRX and MPT read their attention and feed-forward maps", "[hf]") {
+  Diagnostics d;
+  // databricks/dbrx-instruct's config.json, its architecture keys.
+  Model dbrx = parse_hf_config(R"({"architectures": ["DbrxForCausalLM"],
+    "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "model_type": "", "rope_theta": 500000},
+    "d_model": 6144, "ffn_config": {"ffn_hidden_size": 10752, "model_type": "",
+    "moe_jitter_eps": 0.01, "moe_loss_weight": 0.05, "moe_num_experts": 16, "moe_top_k": 4},
+    "max_seq_len": 32768, "model_type": "dbrx", "n_heads": 48, "n_layers": 40,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 100352})",
+                               "dbrx.json", d);
+  // 40 layers × 8 KV heads × 128 (6144 / 48) × 2 × 2 B.
+  CHECK(kv_per_token(dbrx) == 40 * 8 * 128 * 2 * 2);
+  REQUIRE(dbrx.moe);
+  CHECK(dbrx.moe->routed_experts == 16);
+  CHECK(dbrx.moe->experts_per_token == 4);
+  CHECK(dbrx.moe->expert_intermediate_size == 10752);
+  // Parameters: embedding and head 2 × 100,352 × 6,144 = 1,233,125,376; a layer's q/k/v
+  // 6,144 × (48 + 2 × 8) × 128 = 50,331,648, output 37,748,736, router 98,304, 16 experts of
+  // 3 × 6,144 × 10,752 = 3,170,893,824, two norms 12,288: 3,259,084,800 × 40 = 130,363,392,000;
+  // the final norm 6,144. 131,596,523,520 in all, DBRX's published 132B.
+  CHECK(count_params(dbrx).main == 131596523520ULL);
+
+  // mosaicml/mpt-7b's config.json: multi-head (attn_config.attn_type), an MLP of
+  // expansion_ratio × d_model, tied embeddings, no biases.
+  Model mpt = parse_hf_config(R"({"architectures": ["MPTForCausalLM"],
+    "attn_config": {"alibi": true, "alibi_bias_max": 8, "attn_impl": "torch", "attn_pdrop": 0,
+    "attn_type": "multihead_attention", "attn_uses_sequence_id": false, "clip_qkv": null,
+    "prefix_lm": false, "qk_ln": false, "softmax_scale": null}, "d_model": 4096,
+    "expansion_ratio": 4, "max_seq_len": 2048, "model_type": "mpt", "n_heads": 32,
+    "n_layers": 32, "no_bias": true, "torch_dtype": "bfloat16", "vocab_size": 50432})",
+                              "mpt.json", d);
+  // 32 layers × 32 heads × 128 × 2 × 2 B.
+  CHECK(kv_per_token(mpt) == 32 * 32 * 128 * 2 * 2);
+  // Tied embedding 50,432 × 4,096 = 206,569,472; a layer's Wqkv 4,096 × 12,288 = 50,331,648,
+  // output 16,777,216, MLP 2 × 4,096 × 16,384 = 134,217,728, two norms 8,192: 201,334,784 × 32
+  // = 6,442,713,088; the final norm 4,096: 6,649,286,656.
+  CHECK(count_params(mpt).main == 6649286656ULL);
+  // Grouped-query MPT reads kv_n_heads; an attn_type MPT does not have is refused by name.
+  std::string gqa = R"({"model_type": "mpt", "d_model": 64, "n_heads": 4, "n_layers": 2,
+    "expansion_ratio": 4, "vocab_size": 100, "torch_dtype": "bfloat16",
+    "attn_config": {"attn_type": "grouped_query_attention", "kv_n_heads": 2}})";
+  CHECK(parse_hf_config(gqa, "mpt.json", d).attention.kv_heads == 2);
+  std::string odd = gqa;
+  odd.replace(odd.find("grouped_query_attention"), 23, "sparse_attention");
+  CHECK_THROWS_WITH(parse_hf_config(odd, "mpt.json", d),
+                    Catch::Contains("attn_type 'sparse_attention' is not one of MPT's"));
+}
+
 TEST_CASE("config.json is told from kvcalc YAML by content", "[hf]") {
   Diagnostics d;
   Model m = parse_model_document(R"({"model_type": "llama", "num_hidden_layers": 2,
