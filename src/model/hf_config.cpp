@@ -846,7 +846,9 @@ void read_attention(const ConfigView& c, Model& m, Diagnostics& diag) {
     // decoder architecture; "RefinedWebModel" (Falcon-7B) the old one.
     bool new_arch = c.flag({"new_decoder_architecture"}).value_or(type == "RefinedWeb");
     if (new_arch) {
+      // transformers' FalconAttention: num_kv_heads under the new decoder, multi_query unused.
       a.kv_heads = c.count({"num_kv_heads", "n_head_kv"}, "attention.kv_heads").value_or(a.heads);
+      c.consume({"multi_query"});
     } else {
       a.kv_heads = c.flag({"multi_query"}).value_or(true) ? 1 : a.heads;
       c.consume({"num_kv_heads", "n_head_kv"});
@@ -878,6 +880,7 @@ void read_attention(const ConfigView& c, Model& m, Diagnostics& diag) {
     a.kv_heads = *mq ? c.required({"multi_query_group_num"}, "attention.kv_heads",
                                   "KV groups of multi-query attention")
                      : a.heads;
+    c.consume({"multi_query_group_num"}); // unused without multi-query attention
   } else if (auto kv = c.count({"num_key_value_heads", "num_kv_heads", "n_head_kv",
                                 "multi_query_group_num", "kv_n_heads"},
                                "attention.kv_heads")) {

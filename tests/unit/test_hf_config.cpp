@@ -220,6 +220,20 @@ TEST_CASE("keys that set KV heads per layer or by multi-query are read or refuse
                             "c.json", d);
   // 2 layers × 4 KV heads × 16 (64 / 4) × 2 × 2 B.
   CHECK(kv_per_token(m) == 2 * 4 * 16 * 2 * 2);
+  // Where the family's code ignores them, they are read as ignored: Falcon's new decoder
+  // takes num_kv_heads whatever multi_query says (transformers' FalconAttention), ChatGLM
+  // without multi-query attention every head.
+  Model falcon = parse_hf_config(R"({"model_type": "falcon", "hidden_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 100,
+    "torch_dtype": "bfloat16", "new_decoder_architecture": true, "num_kv_heads": 2,
+    "multi_query": true})",
+                                 "c.json", d);
+  CHECK(falcon.attention.kv_heads == 2);
+  Model glm = parse_hf_config(R"({"model_type": "chatglm", "hidden_size": 64,
+    "num_layers": 2, "num_attention_heads": 4, "ffn_hidden_size": 128, "padded_vocab_size": 100,
+    "torch_dtype": "bfloat16", "multi_query_attention": false, "multi_query_group_num": 2})",
+                              "c.json", d);
+  CHECK(glm.attention.kv_heads == 4);
   // multi_query in a family that does not read it.
   CHECK_THROWS_WITH(parse_hf_config(R"({"model_type": "llama", "hidden_size": 64,
     "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
