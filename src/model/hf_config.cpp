@@ -1347,13 +1347,23 @@ std::optional<YAML::Node> quantization_block(const ConfigView& c, const SiblingR
   return modelopt_file(c.file(), siblings);
 }
 
-/// The number of layers; newer Nemotron-H configs give it only as their pattern's length.
+/// The number of layers; newer Nemotron-H configs give it only as their pattern's length, and
+/// Nemotron-3's only as the length of its list of layer types.
 u64 layer_count(const ConfigView& c) {
   std::optional<u64> layers =
       c.count({"num_hidden_layers", "n_layer", "num_layers", "n_layers"}, "layers");
   if (!layers) {
     if (auto pattern = c.text({"hybrid_override_pattern"})) {
       layers = pattern->size();
+    }
+  }
+  if (!layers) {
+    // Nemotron-3 lists its layers' types and gives no count: one entry per layer.
+    if (auto hit = c.find({"layers_block_type", "layer_types"})) {
+      YAML::Node list = hit->first->node(hit->second);
+      if (list.IsSequence() && list.size() > 0) {
+        layers = list.size();
+      }
     }
   }
   if (!layers) {

@@ -636,6 +636,17 @@ TEST_CASE("a config is read by what it has: family, layer count, chunk", "[hf]")
                               "c.json", d);
     CHECK(m.layers == 6);
   }
+  SECTION("no layer count: Nemotron-3's list of layer types has one entry per layer") {
+    Model m = parse_hf_config(attending(R"({"model_type": "nemotron_h", "hidden_size": 64,
+      "vocab_size": 100, "torch_dtype": "bfloat16",
+      "layers_block_type": ["mamba", "attention", "mamba", "moe"],
+      "intermediate_size": 128, "mamba_num_heads": 4, "mamba_head_dim": 16, "n_groups": 1,
+      "ssm_state_size": 16, "conv_kernel": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 32)") +
+                                  "}",
+                              "c.json", d);
+    CHECK(m.layers == 4);
+  }
   SECTION("a chunk as long as the context never binds: the chunked layers attend over all") {
     Model m = four_layers(attending(R"("model_type": "llama4_text", "intermediate_size": 128,
       "max_position_embeddings": 8, "attention_chunk_size": 8, "no_rope_layers": [1, 1, 1, 0])"),
