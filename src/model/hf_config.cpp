@@ -111,14 +111,14 @@ constexpr std::array k_refused{
 
 /// Parts of a key's name that say it may describe the cache: a key that has one, is not read,
 /// and is not on k_unrelated_keys is an error (never silently ignored).
-constexpr std::array<std::string_view, 33> k_cache_words{
-    "window",      "chunk",          "layer_type",    "block_type",  "override_pattern",
-    "attn_type",   "attention_type", "full_attn",     "linear_attn", "kv_",
-    "_kv",         "key_value",      "mamba",         "ssm",         "state_size",
-    "d_state",     "conv",           "linear_",       "index_",      "kda",
-    "lightning",   "shared_layers",  "nextn",         "mtp",         "head_dim",
-    "n_head",      "num_heads",      "n_groups",      "num_layers",  "_layers",
-    "multi_query", "block_config",   "heads_in_group"};
+constexpr std::array<std::string_view, 34> k_cache_words{
+    "window",      "chunk",          "layer_type",     "block_type",  "override_pattern",
+    "attn_type",   "attention_type", "full_attn",      "linear_attn", "kv_",
+    "_kv",         "key_value",      "mamba",          "ssm",         "state_size",
+    "d_state",     "conv",           "linear_",        "index_",      "kda",
+    "lightning",   "shared_layers",  "nextn",          "mtp",         "head_dim",
+    "n_head",      "num_heads",      "n_groups",       "num_layers",  "_layers",
+    "multi_query", "block_config",   "heads_in_group", "pattern"};
 
 /// A key with a cache word in its name that does not change the cache, and why.
 struct UnrelatedKey {
@@ -128,7 +128,7 @@ struct UnrelatedKey {
 
 /// Keys with a cache word in their name known not to change the cache; any other unread one
 /// stops the import.
-constexpr std::array<UnrelatedKey, 37> k_unrelated_keys{{
+constexpr std::array<UnrelatedKey, 38> k_unrelated_keys{{
     {"use_cache", "whether generate() keeps a cache, not its layout"},
     {"attention_dropout", "training only"},
     {"conv_bias", "a weight of the convolution, not the state it keeps"},
@@ -167,6 +167,8 @@ constexpr std::array<UnrelatedKey, 37> k_unrelated_keys{{
     {"attn_implementation", "which kernels run"},
     {"swa_attention_sink_bias", "a learned bias in the scores"},
     {"add_swa_attention_sink_bias", "a learned bias in the scores"},
+    {"use_unified_vision_chunk",
+     "how images are cut into chunks for the vision tower (Kimi-K2.5; vLLM's chat_utils.py)"},
 }};
 
 template <std::size_t N>
@@ -655,6 +657,26 @@ std::optional<Layout> attn_layer_indices_layout(const ConfigView& c, u64 layers,
   return out;
 }
 
+/// MiMo-V2's `hybrid_layer_pattern`, one entry per layer: 1 a sliding-window layer, 0 a full
+/// one (vLLM's mimo_v2_flash.py); its attention_chunk_size is not read by the model.
+std::optional<Layout> hybrid_layer_pattern_layout(const ConfigView& c, u64 layers,
+                                                  Diagnostics& /*diag*/) {
+  auto hit = c.find({"hybrid_layer_pattern"});
+  if (!hit) {
+    return std::nullopt;
+  }
+  c.locations()->add("layer_pattern", hit->first->where(hit->second));
+  Layout out;
+  for (u64 v : int_list(*hit->first, hit->second, layers, true)) {
+    if (v > 1) {
+      hit->first->fail(hit->second, "hybrid_layer_pattern entries must be 0 (full) or 1 (sliding)");
+    }
+    out.types.push_back(v == 1 ? LayerType::sliding : LayerType::full);
+  }
+  c.consume({"attention_chunk_size"});
+  return out;
+}
+
 /// The attention-free families, by model_type alone (mamba, mamba2, falcon_mamba): every layer
 /// is a Mamba mixer with no feed-forward part.
 std::optional<Layout> attention_free_layout(const ConfigView& c, u64 layers,
@@ -711,8 +733,9 @@ std::optional<Layout> chunked_attention_layout(const ConfigView& c, u64 layers, 
 using LayoutDecoder = std::optional<Layout> (*)(const ConfigView&, u64 layers, Diagnostics&);
 
 /// The layout encodings in the order they are tried: the first one a config carries wins.
-constexpr std::array<LayoutDecoder, 9> k_layout_decoders{
+constexpr std::array<LayoutDecoder, 10> k_layout_decoders{
     hybrid_override_layout,         // hybrid_override_pattern (Nemotron-H)
+    hybrid_layer_pattern_layout,    // hybrid_layer_pattern (MiMo-V2)
     layer_types_layout,             // layer_types, layers_block_type
     attn_type_list_layout,          // attn_type_list, decoder_attention_types (MiniMax)
     kda_layers_layout,              // linear_attn_config: kda_layers, full_attn_layers (Kimi)
@@ -747,6 +770,15 @@ void read_windows(const ConfigView& c, Model& m, Diagnostics& diag, bool layout_
                          "); kvcalc cannot tell which window the layers use");
   }
   c.consume({"use_sliding_window", "sliding_window_pattern", "max_window_layers"});
+  // Phi-4-mini's full_attn_mod: 1, and neither vLLM nor Microsoft's code reads it; every layer
+  // is full attention there. Another value is a layout kvcalc has not seen.
+  if (auto mod = c.count({"full_attn_mod"}, "layer_pattern"); mod && *mod != 1) {
+    auto hit = c.find({"full_attn_mod"});
+    throw InputError(hit->first->where(hit->second),
+                     "full_attn_mod " + std::to_string(*mod) +
+                         ": kvcalc knows only 1 (Phi-4-mini: every layer full attention); "
+                         "write a kvcalc YAML with the layers' types (docs/model-format.md)");
+  }
   bool slides = count_layers(m, LayerType::sliding) > 0;
   const std::string& type = c.model_type();
   if (layout_given) {
@@ -837,6 +869,16 @@ void read_attention(const ConfigView& c, Model& m, Diagnostics& diag) {
     c.consume({"head_dim", "num_key_value_heads", "num_kv_heads"});
     a.kv_heads = a.heads;
     a.head_dim = checked_add(a.mla.qk_nope_head_dim, a.mla.qk_rope_head_dim);
+    // GLM-5 states the query-key width; vLLM's DeepSeek code recomputes it from the two parts.
+    if (auto qk = c.count({"qk_head_dim"}, "attention.head_dim"); qk && *qk != a.head_dim) {
+      auto hit = c.find({"qk_head_dim"});
+      throw InputError(hit->first->where(hit->second),
+                       "qk_head_dim " + std::to_string(*qk) +
+                           " is not qk_nope_head_dim + "
+                           "qk_rope_head_dim (" +
+                           std::to_string(a.head_dim) +
+                           "); kvcalc cannot tell which width the heads have");
+    }
     a.v_head_dim = a.mla.v_head_dim;
     return;
   }
@@ -1434,6 +1476,11 @@ void read_extra_layers(const ConfigView& c, Model& m) {
   }
   m.mtp_layers =
       c.count({"num_nextn_predict_layers", "mtp_num_hidden_layers"}, "mtp_layers").value_or(0);
+  if (auto modules = c.count({"num_mtp_modules"}, "mtp_layers")) {
+    // MiniMax-M2: modules of mtp_transformer_layers each, loaded apart from the main model.
+    m.mtp_layers =
+        checked_mul(*modules, c.count({"mtp_transformer_layers"}, "mtp_layers").value_or(1));
+  }
   m.kv_shared_layers = c.count({"num_kv_shared_layers"}, "kv_shared_layers").value_or(0);
 }
 
@@ -1482,7 +1529,7 @@ Model parse_hf_config(const std::string& text, const std::string& file, Diagnost
   Layout layout = read_layout(c, m.layers, diag);
   m.layer_types = layout.types;
   bool layout_given = c.present("layer_types") || c.present("layers_block_type") ||
-                      c.present("hybrid_override_pattern");
+                      c.present("hybrid_override_pattern") || c.present("hybrid_layer_pattern");
   read_windows(c, m, diag, layout_given);
   read_chunk(c, m, diag);
   if (has_attention(m)) {

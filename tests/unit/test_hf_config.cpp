@@ -290,6 +290,50 @@ TEST_CASE("DBRX and MPT read their attention and feed-forward maps", "[hf]") {
                     Catch::Contains("attn_type 'sparse_attention' is not one of MPT's"));
 }
 
+TEST_CASE("2025-2026 configs give the bytes their engines allocate", "[hf][2026]") {
+  // Real configs of models kvcalc was not written against (tests/data/hf-2026/README.md), each
+  // sized by hand from vLLM's modeling code: a bf16 cache, bytes of one sequence at 4,096
+  // tokens.
+  const auto dir = std::filesystem::path(KVCALC_SOURCE_DIR) / "tests/data/hf-2026";
+  auto at_4k = [&](const std::string& file) {
+    Diagnostics d;
+    Model m = parse_hf_config(slurp(dir / file), file, d);
+    FootprintOptions o;
+    o.contexts = {4096};
+    return compute_footprint(m, o).contexts.front().kv_bytes;
+  };
+  // Phi-4-mini: 32 layers × 2 × 8 KV heads × 128 (3072 / 24) × 2 B = 131,072 B a token, every
+  // layer full (its full_attn_mod 1 read by no engine; its 262,144-token window is beyond its
+  // 131,072-token context).
+  CHECK(at_4k("phi-4-mini-instruct.json") == 131072ULL * 4096);
+  // MiMo-V2-Flash (vLLM's mimo_v2_flash.py): hybrid_layer_pattern puts 9 full layers of 4 KV
+  // heads and 39 sliding layers of 8 (swa_num_key_value_heads), K 192 and V 128 wide, window
+  // 128. Full: 9 × 4 × (192 + 128) × 2 B = 23,040 B a token; sliding: 39 × 8 × 320 × 2 B =
+  // 199,680 B a token over the last 128: 23,040 × 4,096 + 199,680 × 128 = 119,930,880 B.
+  CHECK(at_4k("mimo-v2-flash.json") == 23040ULL * 4096 + 199680ULL * 128);
+  // Kimi-K2.5: DeepSeek's MLA under text_config: 61 layers × (512 + 64) × 2 B = 70,272 B.
+  CHECK(at_4k("kimi-k2.5.json") == 70272ULL * 4096);
+  // MiniMax-M2.7: 62 layers × 2 × 8 × 128 × 2 B = 253,952 B (its 3 MTP modules hold none
+  // without speculative decoding).
+  CHECK(at_4k("minimax-m2.7.json") == 253952ULL * 4096);
+  // GLM-5 (glm_moe_dsa): MLA, 78 × 576 × 2 B = 89,856 B, and the DSA indexer's keys on every
+  // layer, 78 × (128 fp8 + 4 B of scale) = 10,296 B: 100,152 B.
+  CHECK(at_4k("glm-5.json") == 100152ULL * 4096);
+
+  Diagnostics d;
+  Model minimax = parse_hf_config(slurp(dir / "minimax-m2.7.json"), "m.json", d);
+  CHECK(minimax.mtp_layers == 3); // num_mtp_modules 3 × mtp_transformer_layers 1
+  std::string glm = slurp(dir / "glm-5.json");
+  glm.replace(glm.find("\"qk_head_dim\": 256"), 18, "\"qk_head_dim\": 192");
+  CHECK_THROWS_WITH(parse_hf_config(glm, "glm.json", d),
+                    Catch::Contains("qk_head_dim 192 is not qk_nope_head_dim + qk_rope_head_dim "
+                                    "(256)"));
+  std::string phi = slurp(dir / "phi-4-mini-instruct.json");
+  phi.replace(phi.find("\"full_attn_mod\": 1"), 18, "\"full_attn_mod\": 2");
+  CHECK_THROWS_WITH(parse_hf_config(phi, "phi.json", d),
+                    Catch::Contains("full_attn_mod 2: kvcalc knows only 1"));
+}
+
 TEST_CASE("config.json is told from kvcalc YAML by content", "[hf]") {
   Diagnostics d;
   Model m = parse_model_document(R"({"model_type": "llama", "num_hidden_layers": 2,
