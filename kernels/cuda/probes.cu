@@ -203,15 +203,28 @@ Spread measure_fma_flops(unsigned repeats) {
   return rate_of(flops, seconds);
 }
 
+namespace {
+
+/// A cuBLAS handle for one probe, destroyed when it is done.
+class CublasHandle {
+public:
+  CublasHandle() { KVCALC_CUBLAS_CHECK(cublasCreate(&m_handle)); }
+  ~CublasHandle() { cublasDestroy(m_handle); }
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  [[nodiscard]] cublasHandle_t get() const { return m_handle; }
+
+private:
+  cublasHandle_t m_handle = nullptr;
+};
+
+} // namespace
+
 GemmRates measure_gemm_flops(std::uint64_t n64, unsigned repeats) {
   int n = static_cast<int>(n64);
   std::size_t count = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
-  cublasHandle_t handle = nullptr;
-  KVCALC_CUBLAS_CHECK(cublasCreate(&handle));
-  struct HandleGuard {
-    cublasHandle_t h;
-    ~HandleGuard() { cublasDestroy(h); }
-  } guard{handle};
+  CublasHandle owned;
+  cublasHandle_t handle = owned.get();
   double flops = 2.0 * static_cast<double>(n) * n * n;
   int blocks = sm_count() * 8;
   GemmRates rates;
@@ -248,12 +261,8 @@ Spread time_gemm_bf16(std::uint64_t m64, std::uint64_t n64, std::uint64_t k64, u
   int m = static_cast<int>(m64);
   int n = static_cast<int>(n64);
   int k = static_cast<int>(k64);
-  cublasHandle_t handle = nullptr;
-  KVCALC_CUBLAS_CHECK(cublasCreate(&handle));
-  struct HandleGuard {
-    cublasHandle_t h;
-    ~HandleGuard() { cublasDestroy(h); }
-  } guard{handle};
+  CublasHandle owned;
+  cublasHandle_t handle = owned.get();
   KVCALC_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
   // Enough copies of the weights that each call finds its own out of the L2, as a model's
   // next layer does: twice the L2 in all (and never more than 4 GiB).

@@ -12,10 +12,6 @@ namespace kvcalc::roofline {
 
 namespace {
 
-bool is_fp8(DType t) {
-  return t == DType::fp8_e4m3 || t == DType::fp8_e5m2;
-}
-
 /// The part of an op that one set of sequences takes: its FLOPs, weights, activations and KV.
 struct Share {
   double flops = 0;
@@ -48,47 +44,38 @@ double Estimator::attention_s(const Kernels& k, DType math, double flops, double
   const AttentionSums* s = k.sums;
   double prefill_query = s ? s->prefill_query : 0;
   double p = peak(math);
-  if (prefill_query == 0) {
-    // Decode sequences only: the whole op on the decode kernel.
+  auto stream_s = [&](const Share& x) {
+    return x.weights / (m_profile.gemm_bf16.stream * m_bandwidth);
+  };
+  // The decode kernel over its share: its floor, and the KV it reads at the curve's efficiency
+  // for the bytes of one call.
+  auto decode_s = [&](const Share& x) {
     const auto& a = is_fp8(k.kv) ? m_profile.decode_fp8 : m_profile.decode_bf16;
-    double per_call = (kv > 0 ? kv : activations) / std::max(k.calls, 1.0);
-    double compute = p > 0 ? flops / (a.compute * p) : 0;
-    double memory = (kv + activations) / (read(a.bandwidth, per_call, memo) * m_bandwidth) +
-                    weights / (m_profile.gemm_bf16.stream * m_bandwidth);
+    double per_call = (x.kv > 0 ? x.kv : x.activations) / std::max(k.calls, 1.0);
+    double compute = p > 0 ? x.flops / (a.compute * p) : 0;
+    double memory =
+        (x.kv + x.activations) / (read(a.bandwidth, per_call, memo) * m_bandwidth) + stream_s(x);
     return k.calls * a.floor_s + std::max(compute, memory);
+  };
+  if (prefill_query == 0) {
+    return decode_s({flops, weights, activations, kv}); // decode sequences only
   }
   auto part = [](double whole, double prefill, double total) {
     return total > 0 ? whole * prefill / total : 0;
   };
-  Share prefill{s ? part(flops, s->prefill_attended, s->attended) : 0,
-                s ? part(weights, s->prefill_query, s->query) : 0,
-                s ? part(activations, s->prefill_query, s->query) : 0,
-                s ? part(kv, s->prefill_held, s->held) : 0};
+  Share prefill{part(flops, s->prefill_attended, s->attended),
+                part(weights, s->prefill_query, s->query),
+                part(activations, s->prefill_query, s->query), part(kv, s->prefill_held, s->held)};
   Share decode{flops - prefill.flops, weights - prefill.weights, activations - prefill.activations,
                kv - prefill.kv};
-  auto stream_s = [&](const Share& x) {
-    return x.weights / (m_profile.gemm_bf16.stream * m_bandwidth);
-  };
-  double total = 0;
-  if (!s || s->query > prefill_query) {
-    const auto& a = is_fp8(k.kv) ? m_profile.decode_fp8 : m_profile.decode_bf16;
-    double per_call = (decode.kv > 0 ? decode.kv : decode.activations) / std::max(k.calls, 1.0);
-    double compute = p > 0 ? decode.flops / (a.compute * p) : 0;
-    double memory =
-        (decode.kv + decode.activations) / (read(a.bandwidth, per_call, memo) * m_bandwidth) +
-        stream_s(decode);
-    total += k.calls * a.floor_s + std::max(compute, memory);
-  }
-  if (prefill_query > 0) {
-    const auto& a = is_fp8(math) ? m_profile.prefill_fp8 : m_profile.prefill_bf16;
-    double length = 2 * s->prefill_attended / prefill_query; // t_eff = length / 2 on average
-    double compute = p > 0 ? prefill.flops / (read(a.compute, length, memo) * p) : 0;
-    double memory =
-        (prefill.kv + prefill.activations) / (m_profile.elementwise.bandwidth * m_bandwidth) +
-        stream_s(prefill);
-    total += k.calls * a.floor_s + std::max(compute, memory);
-  }
-  return total;
+  double total = s->query > prefill_query ? decode_s(decode) : 0;
+  const auto& a = is_fp8(math) ? m_profile.prefill_fp8 : m_profile.prefill_bf16;
+  double length = 2 * s->prefill_attended / prefill_query; // t_eff = length / 2 on average
+  double compute = p > 0 ? prefill.flops / (read(a.compute, length, memo) * p) : 0;
+  double memory =
+      (prefill.kv + prefill.activations) / (m_profile.elementwise.bandwidth * m_bandwidth) +
+      stream_s(prefill);
+  return total + k.calls * a.floor_s + std::max(compute, memory);
 }
 
 double Estimator::collective_s(const Collective& c, const Topology& links, bool graph) const {

@@ -31,6 +31,25 @@ template <class F> double seconds(F&& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+/// Seconds of the CLI's 10,000 scenarios (contexts 1k…100k × batches 1…100) on one prepared
+/// deployment and one result buffer, as the command prices them; each step's time (the
+/// estimate's where the deployment has one) added to `checksum`.
+double prepared_sweep_s(const RooflineRequest& deployment, double& checksum) {
+  return seconds([&] {
+    RooflineRequest r = deployment;
+    Roofline roofline(r);
+    RooflineResult result;
+    for (u64 c = 1; c <= 100; ++c) {
+      for (u64 b = 1; b <= 100; ++b) {
+        r.context = c * 1024;
+        r.batch = b;
+        roofline.step(r, result);
+        checksum += result.estimate ? result.estimate->time_s : result.time_s;
+      }
+    }
+  });
+}
+
 /// The CLI's sweep `kvcalc roofline deepseek-v3 --gpu h200 --gpus 8 --tp 8 --batch 1..100
 /// --context 1k..100k` (decode, MLA auto): 10,000 scenarios, first each on its own
 /// (compute_roofline), then on one prepared deployment with one result buffer, as the command
@@ -51,19 +70,7 @@ void time_cli_sweep(const RooflineRequest& base, const Gpu& h200) {
     }
   });
   double prepared_checksum = 0;
-  double prepared_s = seconds([&] {
-    RooflineRequest r = sweep;
-    Roofline roofline(r);
-    RooflineResult result;
-    for (u64 c = 1; c <= 100; ++c) {
-      for (u64 b = 1; b <= 100; ++b) {
-        r.context = c * 1024;
-        r.batch = b;
-        roofline.step(r, result);
-        prepared_checksum += result.time_s;
-      }
-    }
-  });
+  double prepared_s = prepared_sweep_s(sweep, prepared_checksum);
   std::printf("roofline sweep (the CLI's 10,000): each alone %.4f s = %.0f scenarios/s; prepared "
               "%.4f s = %.0f scenarios/s (checksums %.6g, %.6g)\n",
               single_s, 1e4 / single_s, prepared_s, 1e4 / prepared_s, single_checksum,
@@ -81,21 +88,6 @@ void time_estimate(const RooflineRequest& base, const Gpu& h200) {
   bound.rates.estimate.reset();
   RooflineRequest both = bound;
   both.rates.estimate = choose_estimator(h200, nullptr).estimator;
-  auto sweep = [](const RooflineRequest& deployment, double& checksum) {
-    return seconds([&] {
-      RooflineRequest r = deployment;
-      Roofline roofline(r);
-      RooflineResult result;
-      for (u64 c = 1; c <= 100; ++c) {
-        for (u64 b = 1; b <= 100; ++b) {
-          r.context = c * 1024;
-          r.batch = b;
-          roofline.step(r, result);
-          checksum += result.estimate ? result.estimate->time_s : result.time_s;
-        }
-      }
-    });
-  };
   auto steps = [](const RooflineRequest& deployment, Pricing pricing, double& checksum) {
     StepCost cost(deployment);
     StepLoad load;
@@ -113,8 +105,8 @@ void time_estimate(const RooflineRequest& base, const Gpu& h200) {
   double step_estimate = 1e9;
   double checksum = 0;
   for (int round = 0; round < 5; ++round) {
-    sweep_bound = std::min(sweep_bound, sweep(bound, checksum));
-    sweep_both = std::min(sweep_both, sweep(both, checksum));
+    sweep_bound = std::min(sweep_bound, prepared_sweep_s(bound, checksum));
+    sweep_both = std::min(sweep_both, prepared_sweep_s(both, checksum));
     step_bound = std::min(step_bound, steps(both, Pricing::bound, checksum));
     step_estimate = std::min(step_estimate, steps(both, Pricing::estimate, checksum));
   }

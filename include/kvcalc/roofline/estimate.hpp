@@ -78,6 +78,11 @@ public:
 private:
   [[nodiscard]] double peak(DType math) const;
   [[nodiscard]] static double read(const device::Curve& curve, double x, CurveMemo* memo);
+  /// The dtypes that run on the bf16 curves (16 bits or wider), and fp8.
+  [[nodiscard]] static bool is_wide(DType t) {
+    return t == DType::bf16 || t == DType::fp16 || t == DType::fp32;
+  }
+  [[nodiscard]] static bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
   [[nodiscard]] double gemm_s(const Kernels& k, DType math, double flops, double bytes,
                               CurveMemo* memo) const;
   [[nodiscard]] double attention_s(const Kernels& k, DType math, double flops, double weights,
@@ -117,11 +122,9 @@ inline double Estimator::gemm_s(const Kernels& k, DType math, double flops, doub
                                 CurveMemo* memo) const {
   // 16-bit math on the bf16 curve; fp8 by its scales; the other narrow types (int8, fp4) are
   // block- or row-scaled like fp8 with block scales, and take that curve at their own peak.
-  bool wide = math == DType::bf16 || math == DType::fp16 || math == DType::fp32;
-  bool fp8 = math == DType::fp8_e4m3 || math == DType::fp8_e5m2;
-  const device::GemmEfficiency& g = wide                     ? m_profile.gemm_bf16
-                                    : fp8 && !k.block_scales ? m_profile.gemm_fp8
-                                                             : m_profile.gemm_fp8_block;
+  const device::GemmEfficiency& g = is_wide(math)                     ? m_profile.gemm_bf16
+                                    : is_fp8(math) && !k.block_scales ? m_profile.gemm_fp8
+                                                                      : m_profile.gemm_fp8_block;
   double p = peak(math);
   double compute = p > 0 ? flops / (read(g.compute, std::max(k.rows, 1.0), memo) * p) : 0;
   double memory = bytes / (g.stream * m_bandwidth);
@@ -138,8 +141,7 @@ inline double Estimator::op_s(const Kernels& k, DType math, double flops, double
     return gemm_s(k, math, flops, bytes, memo);
   case KernelClass::grouped_gemm: {
     const auto& g = m_profile.grouped;
-    bool wide = math == DType::bf16 || math == DType::fp16 || math == DType::fp32;
-    const device::Curve& c = wide ? g.compute_bf16 : g.compute_fp8;
+    const device::Curve& c = is_wide(math) ? g.compute_bf16 : g.compute_fp8;
     double compute = p > 0 ? flops / (read(c, std::max(k.rows, 1.0), memo) * p) : 0;
     return k.calls * g.floor_s + std::max(compute, bytes / (g.stream * m_bandwidth));
   }
